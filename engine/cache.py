@@ -1,0 +1,66 @@
+"""KV-cache operations the speculative loop needs, over transformers' `DynamicCache`.
+
+`crop` rolls a chain back; `keep_positions` compacts a tree-verified cache down to the accepted path. Both act on
+each layer's key/value tensors `[B, H, S, D]` along S. Caches whose layers cannot be edited this way (sliding
+windows, linear attention, quantized or static caches) raise a GlanceError.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.errors import GlanceError
+
+
+def _editable_layers(cache) -> list:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    if layers is None:
+        raise GlanceError(f"{type(cache).__name__} has no per-layer KV tensors; Glance needs a DynamicCache")
+    for layer in layers:
+        if type(layer) is not DynamicLayer:
+            raise GlanceError(
+                f"this model's cache layer {type(layer).__name__} cannot be rolled back or compacted; "
+                "speculative decoding in Glance needs full-attention KV caches (no sliding window, no linear attention)"
+            )
+    return [layer for layer in layers if layer.is_initialized and layer.keys is not None and layer.keys.numel()]
+
+
+def cache_length(cache) -> int:
+    """Number of cached positions (0 for an empty or missing cache)."""
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
+def crop(cache, length: int) -> None:
+    """Keep the first `length` positions of every layer (chain rollback)."""
+    for layer in _editable_layers(cache):
+        layer.keys = layer.keys[..., :length, :]  # [B, H, length, D]
+        layer.values = layer.values[..., :length, :]
+
+
+def keep_positions(cache, positions: torch.Tensor | list[int]) -> None:
+    """Keep only the given cache positions, in the given (ascending) order (tree compaction)."""
+    layers = _editable_layers(cache)
+    if not layers:
+        return
+    index = torch.as_tensor(positions, dtype=torch.long, device=layers[0].keys.device)
+    for layer in layers:
+        layer.keys = layer.keys.index_select(-2, index)  # [B, H, len(positions), D]
+        layer.values = layer.values.index_select(-2, index)
+
+
+def compact_tail(cache, start: int, offsets: list[int]) -> None:
+    """Keep positions [0, start) plus start + each offset (ascending). A contiguous run 0..k is a plain crop."""
+    if offsets == list(range(len(offsets))):
+        crop(cache, start + len(offsets))
+        return
+    layers = _editable_layers(cache)
+    if not layers:
+        return
+    index = torch.as_tensor(offsets, dtype=torch.long, device=layers[0].keys.device) + start
+    for layer in layers:
+        tail_k = layer.keys.index_select(-2, index)  # [B, H, len(offsets), D]
+        tail_v = layer.values.index_select(-2, index)
+        layer.keys = torch.cat([layer.keys[..., :start, :], tail_k], dim=-2)
+        layer.values = torch.cat([layer.values[..., :start, :], tail_v], dim=-2)

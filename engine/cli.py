@@ -1,0 +1,191 @@
+"""Command line: `generate` runs one method on one prompt; `train demo` builds the bundled model family.
+
+Bad input ends with one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from engine.errors import GlanceError
+
+EXIT_BAD_INPUT = 2
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--target", help="target model: hub id or local folder (default: the bundled demo target)")
+    p.add_argument("--draft", help="draft model for vanilla: hub id or local folder (default: the bundled draft)")
+    p.add_argument("--device", default="auto", help="auto|cpu|cuda|mps (default auto)")
+    p.add_argument("--dtype", default="auto", help="auto|float32|bfloat16|float16 (default auto: bfloat16)")
+    p.add_argument("--allow-download", action="store_true", help="let hub ids download (default: offline)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run model code shipped with a checkpoint")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.variants import METHODS
+
+    parser = argparse.ArgumentParser(prog="glance", description="Glance: a playground for speculative decoding.")
+    sub = parser.add_subparsers(dest="command")
+
+    g = sub.add_parser("generate", help="decode one prompt with one method")
+    g.add_argument("--method", default="ar", choices=METHODS)
+    g.add_argument("--prompt", required=True, help="prompt text")
+    _add_model_args(g)
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--gamma", type=int, default=4, help="vanilla: draft tokens per step")
+    g.add_argument("--adaptive", action="store_true", help="vanilla: adapt gamma (+2 all accepted, -1 otherwise)")
+    g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    g.add_argument("--log", help="write a session log (JSON Lines) to this file")
+
+    t = sub.add_parser("train", help="train models")
+    tsub = t.add_subparsers(dest="what", required=True)
+    demo = tsub.add_parser("demo", help="tokenizer, target and draft from scratch on the stdlib source")
+    demo.add_argument("--out", required=True, help="output folder (resumes when it holds a run)")
+    demo.add_argument("--tokens", type=int, default=10_000_000, help="target training tokens")
+    demo.add_argument("--draft-tokens", type=int, default=None, help="draft training tokens (default: --tokens)")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    return parser
+
+
+def _validate_generate(args) -> None:
+    if not args.prompt.strip():
+        raise GlanceError("the prompt is empty: pass some text with --prompt")
+    if args.max_new_tokens < 1:
+        raise GlanceError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    if args.temperature < 0:
+        raise GlanceError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
+    if not 0 < args.top_p <= 1:
+        raise GlanceError(f"--top-p must be in (0, 1] (got {args.top_p})")
+    if args.gamma < 1:
+        raise GlanceError(f"--gamma must be at least 1 (got {args.gamma})")
+
+
+def _default_model(given: str | None, bundled: Path, flag: str) -> str:
+    if given:
+        return given
+    if (bundled / "config.json").exists():
+        return str(bundled)
+    raise GlanceError(f"no bundled model at {bundled}: pass {flag} with a model folder or hub id")
+
+
+def cmd_generate(args) -> int:
+    from engine.decoder import Decoder
+    from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, check_same_vocabulary, load_model
+    from engine.sampling import SamplingConfig
+    from engine.session_log import SessionLogWriter
+    from engine.variants import NEEDS_DRAFT_MODEL, build_drafter
+
+    _validate_generate(args)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
+    opts = dict(
+        device=args.device,
+        dtype=args.dtype,
+        allow_download=args.allow_download,
+        trust_remote_code=args.trust_remote_code,
+    )
+    target = load_model(_default_model(args.target, BUNDLED_TARGET, "--target"), **opts)
+    draft = None
+    if args.method in NEEDS_DRAFT_MODEL:
+        draft = load_model(
+            _default_model(args.draft, BUNDLED_DRAFT, "--draft"),
+            **(opts | {"device": target.device, "dtype": target.dtype}),
+        )
+        check_same_vocabulary(target, draft)
+    drafter = build_drafter(args.method, target, draft, gamma=args.gamma, adaptive=args.adaptive)
+    tok = target.tokenizer
+    prompt_ids = tok(args.prompt)["input_ids"]
+    eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
+    decoder = Decoder(target.model, drafter, sampling, args.max_new_tokens, eos, variant=args.method)
+
+    writer = SessionLogWriter(args.log) if args.log else None
+    if writer:
+        models = {"target": target.describe(), **({"draft": draft.describe()} if draft else {})}
+        writer.header(models, str(target.device), vars(args) | {"prompt_ids": prompt_ids})
+    summary, shown = None, ""
+    try:
+        new: list[int] = []
+        for item in decoder.stream(prompt_ids):
+            if writer:
+                writer.event(item)
+            if hasattr(item, "tokens"):
+                new.extend(item.tokens)
+                if not args.json:  # stream the text as it grows
+                    text = tok.decode(new, skip_special_tokens=True)
+                    sys.stdout.write(text[len(shown) :])
+                    sys.stdout.flush()
+                    shown = text
+            else:
+                summary = item
+    finally:
+        if writer:
+            writer.close()
+    text = tok.decode(summary.token_ids, skip_special_tokens=True)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "method": args.method,
+                    "token_ids": summary.token_ids,
+                    "text": text,
+                    "new_tokens": summary.new_tokens,
+                    "target_forwards": summary.target_forwards,
+                    "mean_accepted_length": round(summary.mean_accepted_length, 4),
+                    "acceptance_rate": summary.acceptance_rate,
+                    "acceptance_by_depth": summary.acceptance_by_depth,
+                    "tokens_per_second": round(summary.tokens_per_second, 2),
+                    "wall_seconds": round(summary.wall_seconds, 4),
+                    "draft_seconds": round(summary.draft_seconds, 4),
+                    "verify_seconds": round(summary.verify_seconds, 4),
+                    "stop_reason": summary.stop_reason,
+                    "approximate": summary.approximate,
+                    "target": target.name,
+                    "draft": draft.name if draft else None,
+                    "device": str(target.device),
+                    "dtype": str(target.dtype).removeprefix("torch."),
+                    "settings": summary.settings,
+                }
+            )
+        )
+    else:
+        sys.stdout.write("\n")
+        print(
+            f"[{args.method}] {summary.new_tokens} tokens, tau {summary.mean_accepted_length:.2f}, "
+            f"{summary.tokens_per_second:.1f} tok/s, {summary.target_forwards} target forwards",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_train(args) -> int:
+    from engine.train.demo import run_demo_recipe
+
+    if args.tokens < 1:
+        raise GlanceError("--tokens must be positive")
+    report = run_demo_recipe(
+        Path(args.out), args.tokens, seed=args.seed, draft_tokens=args.draft_tokens, compile=not args.no_compile
+    )
+    print(json.dumps({k: report[k] for k in ("target", "draft")}, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return {"generate": cmd_generate, "train": cmd_train}[args.command](args)
+    except GlanceError as exc:
+        print(f"glance: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("glance: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,253 @@
+"""The speculative loop every variant shares: prefill once, then propose -> verify -> commit until a stop.
+
+Invariant between steps: the target cache holds KV for every committed token but the last ("pending") one. A step
+runs the target once over [pending] + draft nodes with a tree mask, keeps the accepted path, and compacts the cache
+to the pending token plus that path; the bonus token becomes the new pending token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from engine.cache import cache_length, compact_tail
+from engine.drafters.base import DecodeState, Drafter
+from engine.errors import GlanceError
+from engine.events import RunSummary, StepEvent
+from engine.sampling import SamplingConfig, logits_to_probs, sample
+from engine.tree import tree_attention_mask, tree_position_ids
+from engine.verify import verify
+
+CancelCheck = Callable[[], bool] | threading.Event | None
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _is_cancelled(cancel: CancelCheck) -> bool:
+    if cancel is None:
+        return False
+    return cancel.is_set() if isinstance(cancel, threading.Event) else bool(cancel())
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[int]
+    summary: RunSummary
+    events: list[StepEvent]
+
+
+class Decoder:
+    """One target, one drafter, one sampling setting. `stream()` yields StepEvents and finally a RunSummary."""
+
+    def __init__(
+        self,
+        target: torch.nn.Module,
+        drafter: Drafter | None = None,
+        sampling: SamplingConfig | None = None,
+        max_new_tokens: int = 64,
+        eos_token_ids: list[int] | int | None = None,
+        variant: str | None = None,
+    ):
+        if max_new_tokens < 1:
+            raise GlanceError(f"max new tokens must be at least 1 (got {max_new_tokens})")
+        self.target = target
+        self.drafter = drafter or Drafter()
+        self.sampling = sampling or SamplingConfig()
+        self.max_new_tokens = max_new_tokens
+        if eos_token_ids is None:
+            eos_token_ids = getattr(target.config, "eos_token_id", None)
+        if isinstance(eos_token_ids, int):
+            eos_token_ids = [eos_token_ids]
+        self.eos = set(eos_token_ids or [])
+        self.variant = variant or self.drafter.name
+        self.device = next(target.parameters()).device
+        self.dtype = next(target.parameters()).dtype
+
+    def _forward(self, ids: torch.Tensor, cache, parents: list[int] | None = None):
+        """Target forward over `ids` [1, S]; with `parents`, ids are [pending] + tree nodes under a tree mask."""
+        past = cache_length(cache)
+        kwargs = {}
+        if parents is not None:
+            kwargs["attention_mask"] = tree_attention_mask(parents, past, self.dtype, self.device)
+            kwargs["position_ids"] = tree_position_ids(parents, past, self.device)
+        return self.target(
+            input_ids=ids,
+            cache=cache,
+            use_cache=True,
+            output_hidden_states=self.drafter.needs_hidden_states,
+            **kwargs,
+        )
+
+    def _emit_probs(self, logits: torch.Tensor, tokens: list[int], rows: list[int]) -> list[float]:
+        """The target's probability of each emitted token at the row that predicted it (softmax at T=1 when greedy)."""
+        cfg = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=1.0)
+        probs = logits_to_probs(logits[rows], cfg)  # [k, V]
+        return [float(probs[i, t]) for i, t in enumerate(tokens)]
+
+    @torch.no_grad()
+    def stream(self, prompt_ids: list[int], cancel: CancelCheck = None) -> Iterator[StepEvent | RunSummary]:
+        if not prompt_ids:
+            raise GlanceError("the prompt is empty: give at least one token of text")
+        run_id = uuid.uuid4().hex[:12]
+        gen = torch.Generator().manual_seed(self.sampling.seed)
+        drafter = self.drafter
+        drafter.reset()
+        cache = DynamicCache(config=self.target.config)
+        state = DecodeState(list(prompt_ids), len(prompt_ids), self.sampling, gen)
+        new: list[int] = []
+        steps = forwards = 0
+        draft_s = verify_s = 0.0
+        step_lens: list[int] = []
+        proposed_depth = accepted_total = 0
+        reached: list[int] = []  # per depth d-1: steps that proposed depth d having reached d - 1
+        accepted_at: list[int] = []
+        stop = None
+
+        _sync(self.device)
+        t0 = time.perf_counter()
+        # Prefill: the whole prompt; its last logits give the first new token (not counted in tau).
+        out = self._forward(torch.tensor([prompt_ids], device=self.device), cache)
+        forwards += 1
+        logits = out.logits[0, -1:].float()  # [1, V]
+        first = (
+            int(logits[0].argmax()) if self.sampling.greedy else sample(logits_to_probs(logits[0], self.sampling), gen)
+        )
+        state.tokens.append(first)
+        state.target_out = out
+        new.append(first)
+        drafter.begin(state)
+        _sync(self.device)
+        prefill_s = time.perf_counter() - t0
+        yield StepEvent(
+            run_id,
+            self.variant,
+            0,
+            [],
+            [],
+            [],
+            [first],
+            [False],
+            self._emit_probs(logits, [first], [0]),
+            0.0,
+            prefill_s,
+            prefill_s,
+            1,
+            {"prefill": True},
+        )
+        if first in self.eos:
+            stop = "eos"
+        elif len(new) >= self.max_new_tokens:
+            stop = "max_new_tokens"
+
+        while stop is None:
+            if _is_cancelled(cancel):
+                stop = "cancelled"
+                break
+            budget = self.max_new_tokens - len(new)
+            ts = time.perf_counter()
+            draft = drafter.propose(state, max_tokens=budget - 1)
+            _sync(self.device)
+            tv = time.perf_counter()
+            past = cache_length(cache)
+            ids = torch.tensor([[state.tokens[-1]] + draft.tokens], device=self.device)  # [1, 1 + n]
+            out = self._forward(ids, cache, draft.parents if len(draft) else None)
+            forwards += 1
+            logits = out.logits[0].float()  # [1 + n, V]
+            verdict = verify(draft, logits, self.sampling, gen)
+            compact_tail(cache, past, [0] + [1 + i for i in verdict.accepted])
+            emitted = [draft.tokens[i] for i in verdict.accepted] + [verdict.bonus]
+            rows = [0] + [i + 1 for i in verdict.accepted]  # row that predicted each emitted token
+            from_draft = [True] * len(verdict.accepted) + [False]
+            for i, tok in enumerate(emitted):  # stop at EOS or at the budget, whichever comes first
+                if tok in self.eos or i + 1 >= budget:
+                    stop = "eos" if tok in self.eos else "max_new_tokens"
+                    emitted, rows, from_draft = emitted[: i + 1], rows[: i + 1], from_draft[: i + 1]
+                    break
+            state.tokens.extend(emitted)
+            state.target_out = out
+            state.extra["rows"] = rows
+            _sync(self.device)
+            tu = time.perf_counter()
+            drafter.update(state, draft, verdict.accepted)
+            _sync(self.device)
+            te = time.perf_counter()
+            d_s, v_s = (tv - ts) + (te - tu), tu - tv
+            draft_s += d_s
+            verify_s += v_s
+            new.extend(emitted)
+            steps += 1
+            step_lens.append(len(emitted))
+            depth = max(draft.depths(), default=0)
+            proposed_depth += depth
+            accepted_total += len(verdict.accepted)
+            for d in range(1, depth + 1):
+                if len(verdict.accepted) < d - 1:
+                    break
+                while len(reached) < d:
+                    reached.append(0)
+                    accepted_at.append(0)
+                reached[d - 1] += 1
+                accepted_at[d - 1] += len(verdict.accepted) >= d
+            yield StepEvent(
+                run_id,
+                self.variant,
+                steps,
+                list(draft.tokens),
+                list(draft.parents),
+                list(verdict.accepted),
+                emitted,
+                from_draft,
+                self._emit_probs(logits, emitted, rows),
+                d_s,
+                v_s,
+                prefill_s + draft_s + verify_s,
+                len(new),
+                dict(draft.meta),
+            )
+
+        wall = prefill_s + draft_s + verify_s
+        yield RunSummary(
+            run_id=run_id,
+            variant=self.variant,
+            prompt_tokens=len(prompt_ids),
+            token_ids=new,
+            new_tokens=len(new),
+            steps=steps,
+            target_forwards=forwards,
+            mean_accepted_length=sum(step_lens) / steps if steps else 0.0,
+            acceptance_rate=accepted_total / proposed_depth if proposed_depth else None,
+            acceptance_by_depth=[a / r for a, r in zip(accepted_at, reached)],
+            tokens_per_second=len(new) / wall if wall > 0 else 0.0,
+            wall_seconds=wall,
+            prefill_seconds=prefill_s,
+            draft_seconds=draft_s,
+            verify_seconds=verify_s,
+            stop_reason=stop,
+            approximate=drafter.approximate,
+            settings={
+                "temperature": self.sampling.temperature,
+                "top_p": self.sampling.top_p,
+                "seed": self.sampling.seed,
+                "max_new_tokens": self.max_new_tokens,
+                **drafter.settings(),
+            },
+        )
+
+    def generate(self, prompt_ids: list[int], cancel: CancelCheck = None) -> GenerationResult:
+        events: list[StepEvent] = []
+        for item in self.stream(prompt_ids, cancel):
+            if isinstance(item, RunSummary):
+                return GenerationResult(item.token_ids, item, events)
+            events.append(item)
+        raise RuntimeError("stream ended without a summary")

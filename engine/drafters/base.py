@@ -1,0 +1,49 @@
+"""The drafter protocol: one small interface every variant implements, so the loop never branches on the variant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engine.sampling import SamplingConfig
+from engine.tree import Draft
+
+
+@dataclass
+class DecodeState:
+    """What the loop shares with its drafter. `tokens` are all committed tokens, prompt included; the last one is
+    pending (the target has not cached it yet)."""
+
+    tokens: list[int]
+    prompt_len: int
+    sampling: SamplingConfig
+    generator: torch.Generator
+    # Outputs of the target's latest forward (logits, hidden states) for drafters that read them (Medusa, EAGLE).
+    target_out: Any = None
+    extra: dict = field(default_factory=dict)
+
+
+class Drafter:
+    """Base drafter: proposes nothing, which is plain autoregressive decoding."""
+
+    name = "ar"
+    approximate = False  # True when its acceptance rule is not exact
+    needs_hidden_states = False  # ask the target forward for hidden states
+
+    def begin(self, state: DecodeState) -> None:
+        """Called once after prefill."""
+
+    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
+        """A draft of at most `max_tokens` nodes after the pending token."""
+        return Draft()
+
+    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        """Called after verification; `state.tokens` already holds the accepted path and the bonus token."""
+
+    def reset(self) -> None:
+        """Forget everything from the previous run."""
+
+    def settings(self) -> dict:
+        return {}

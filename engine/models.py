@@ -1,0 +1,149 @@
+"""Load a target, a draft and their tokenizer from a hub id or a local folder, on a chosen device and dtype.
+
+Offline by default (`local_files_only=True`); `trust_remote_code` stays off unless the caller asks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.errors import GlanceError
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+BUNDLED_TARGET = RESOURCES / "models" / "target"
+BUNDLED_DRAFT = RESOURCES / "models" / "draft"
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    def describe(self) -> dict:
+        return {
+            "name": self.name,
+            "parameters": self.parameters,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "architecture": type(self.model).__name__,
+        }
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """auto picks cuda, then mps, then cpu; an explicit device that is not available is an error."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise GlanceError(f"unknown device '{device}': use auto, cpu, cuda or mps")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise GlanceError("device 'cuda' asked for but no CUDA GPU is available: use --device cpu or auto")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise GlanceError("device 'mps' asked for but Metal is not available: use --device cpu or auto")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """auto: bfloat16 on CPU and CUDA (fast there), float16 on MPS. float32 is the one for exact comparisons."""
+    if dtype == "auto":
+        if device.type == "mps":
+            return torch.float16
+        if device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            return torch.float16
+        return torch.bfloat16
+    if dtype not in DTYPES:
+        raise GlanceError(f"unknown dtype '{dtype}': use auto, float32, bfloat16 or float16")
+    return DTYPES[dtype]
+
+
+def _looks_local(name: str) -> bool:
+    """An existing path, or something no hub id looks like (absolute, relative-dotted, or two slashes deep)."""
+    return Path(name).expanduser().exists() or name.startswith(("/", ".", "~")) or name.count("/") > 1
+
+
+def _check_folder(path: Path) -> None:
+    if not path.exists():
+        raise GlanceError(f"model folder not found: {path}; give an existing folder or a hub id")
+    if not path.is_dir():
+        raise GlanceError(f"{path} is a file, not a model folder: point at the folder holding config.json")
+    config = path / "config.json"
+    if not config.exists():
+        raise GlanceError(f"{path} holds no config.json: it is not a Hugging Face model folder")
+    try:
+        json.loads(config.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise GlanceError(
+            f"{config} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): the model folder is damaged"
+        ) from None
+
+
+def load_model(
+    name: str | os.PathLike,
+    device: str | torch.device = "auto",
+    dtype: str | torch.dtype = "auto",
+    allow_download: bool = False,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load a causal LM and its tokenizer. Raises GlanceError with an actionable message on any failure."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    name = str(name)
+    dev = device if isinstance(device, torch.device) else resolve_device(device)
+    dt = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, dev)
+    local = _looks_local(name)
+    if local:
+        path = Path(name).expanduser()
+        _check_folder(path)
+        name = str(path)
+    kwargs = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="sdpa", **kwargs)
+    except GlanceError:
+        raise
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad or missing models
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if not local and not allow_download:
+            raise GlanceError(
+                f"'{name}' is not a local folder and could not be loaded from the local Hugging Face cache "
+                f"({reason}); pass --allow-download to fetch it from the hub"
+            ) from None
+        raise GlanceError(f"could not load model '{name}': {reason}") from None
+    model.to(dev).eval()
+    return LoadedModel(model, tokenizer, name, dev, dt)
+
+
+def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft must tokenise exactly like the target: same vocabulary, same special tokens."""
+    tv, dv = target.tokenizer.get_vocab(), draft.tokenizer.get_vocab()
+    if tv != dv:
+        only_t = len(set(tv.items()) - set(dv.items()))
+        raise GlanceError(
+            f"the draft '{draft.name}' does not share the target's vocabulary ({len(dv)} vs {len(tv)} tokens, "
+            f"{only_t} target entries differ): pick a draft trained with the target's tokenizer"
+        )
+    if draft.vocab_size < len(dv):
+        raise GlanceError(f"the draft '{draft.name}' outputs {draft.vocab_size} logits for {len(dv)} tokens")

@@ -1,0 +1,90 @@
+"""A draft as a token tree in flat arrays, and what it implies for the verifying forward pass.
+
+Node i has token `tokens[i]` and parent `parents[i]` (-1 = the root, i.e. the pending token whose KV is not yet
+cached). The verifying forward runs over [root] + nodes, so row 0 of its output belongs to the root and row i + 1
+to node i. A chain is a tree whose node i has parent i - 1; plain decoding is the empty tree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Draft:
+    """What a drafter proposes for one step."""
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    # Draft distribution each node was sampled from, [n, V], only when tokens were sampled (Leviathan's rule applies).
+    q_probs: torch.Tensor | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if len(self.tokens) != len(self.parents):
+            raise ValueError("tokens and parents must have the same length")
+        for i, p in enumerate(self.parents):
+            if not -1 <= p < i:
+                raise ValueError(f"node {i} has parent {p}: parents must precede their children")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sampled(self) -> bool:
+        return self.q_probs is not None
+
+    @classmethod
+    def chain(cls, tokens: list[int], q_probs: torch.Tensor | None = None) -> Draft:
+        return cls(list(tokens), list(range(-1, len(tokens) - 1)), q_probs)
+
+    def depths(self) -> list[int]:
+        """Depth of each node; children of the root have depth 1."""
+        d: list[int] = []
+        for p in self.parents:
+            d.append(1 if p < 0 else d[p] + 1)
+        return d
+
+    def children(self, node: int) -> list[int]:
+        """Children of `node` (-1 for the root), in proposal order."""
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root's child down to `node`."""
+        path = []
+        while node >= 0:
+            path.append(node)
+            node = self.parents[node]
+        return path[::-1]
+
+    def is_chain(self) -> bool:
+        return self.parents == list(range(-1, len(self.tokens) - 1))
+
+
+def ancestor_matrix(parents: list[int]) -> torch.Tensor:
+    """[1 + n, 1 + n] bool: row r may attend column c (c is r or an ancestor of r; the root is everyone's ancestor)."""
+    n = len(parents)
+    visible = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    visible[:, 0] = True
+    for i, p in enumerate(parents):
+        row = i + 1
+        if p >= 0:
+            visible[row] = visible[p + 1]
+        visible[row, row] = True
+    return visible
+
+
+def tree_attention_mask(parents: list[int], past_len: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Additive mask [1, 1, 1 + n, past_len + 1 + n]: 0 where visible, dtype-min elsewhere (eager misreads bools)."""
+    visible = torch.cat([torch.ones(len(parents) + 1, past_len, dtype=torch.bool), ancestor_matrix(parents)], dim=1)
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
+
+
+def tree_position_ids(parents: list[int], past_len: int, device) -> torch.Tensor:
+    """[1, 1 + n]: the root sits at past_len, each node at past_len + its depth."""
+    depths = Draft(list(range(len(parents))), list(parents)).depths()
+    return torch.tensor([[past_len] + [past_len + d for d in depths]], device=device)

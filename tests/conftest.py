@@ -1,0 +1,96 @@
+"""Shared fixtures: tiny randomly initialised models of several architectures, and tiny model folders on disk."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+VOCAB = 96
+torch.set_num_threads(1)  # tiny models: one thread is as fast and avoids oversubscription
+
+
+def tiny_config(arch: str, vocab: int = VOCAB):
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if arch == "llama":
+        return LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+        )
+    if arch == "qwen2":
+        return Qwen2Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            use_sliding_window=False,
+            **common,
+        )
+    if arch == "gpt2":
+        return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, **common)
+    raise ValueError(arch)
+
+
+def tiny_model(arch: str, seed: int = 0, vocab: int = VOCAB, sharpen: float = 1.0) -> torch.nn.Module:
+    """A random tiny causal LM in float32. `sharpen` scales the output layer so distributions are peaked."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, vocab), attn_implementation="sdpa").eval()
+    if sharpen != 1.0:
+        model.config.tie_word_embeddings = False
+        head = model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(head.weight.detach().clone() * sharpen)
+    return model
+
+
+def perturbed_copy(model: torch.nn.Module, scale: float, seed: int = 1) -> torch.nn.Module:
+    """The target with Gaussian noise on every weight: a draft that agrees often but not always."""
+    g = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * scale * p.std().clamp(min=1e-3))
+    return draft
+
+
+ARCHS = ["llama", "gpt2", "qwen2"]
+
+
+@pytest.fixture(scope="session")
+def model_folders(tmp_path_factory):
+    """Local Hugging Face folders: a target, a copy of it (draft), and a draft with another vocabulary."""
+    from transformers import LlamaForCausalLM
+
+    from engine.train.tokenizer import train_tokenizer
+
+    root = tmp_path_factory.mktemp("models")
+    texts = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int\n    y: int\n"] * 20
+    tok = train_tokenizer(texts, 300, root / "tok")
+    other = train_tokenizer(["hello world, the quick brown fox"] * 20, 280, root / "tok_other")
+    folders = {}
+    for name, tk, seed in (("target", tok, 0), ("copy", tok, 0), ("other_vocab", other, 3)):
+        cfg = tiny_config("llama", len(tk))
+        cfg.eos_token_id = tk.eos_token_id
+        cfg.bos_token_id = tk.bos_token_id
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(cfg)
+        folders[name] = root / name
+        model.save_pretrained(folders[name])
+        tk.save_pretrained(folders[name])
+    return folders

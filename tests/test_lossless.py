@@ -1,0 +1,89 @@
+"""Greedy output of every method equals transformers' greedy generate, token for token, in float32."""
+
+import threading
+
+import pytest
+import torch
+
+from engine.decoder import Decoder
+from engine.drafters.vanilla import VanillaDrafter
+from tests.conftest import ARCHS, perturbed_copy, tiny_model
+
+PROMPTS = [[1, 2, 3], [17, 5, 60, 33, 8, 8, 41], [90]]
+NEW = 24
+
+
+def reference(model, prompt):
+    out = model.generate(
+        torch.tensor([prompt]), do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def setup(request):
+    arch = request.param
+    target = tiny_model(arch, seed=0, sharpen=4.0)
+    drafts = {
+        "perturbed": perturbed_copy(target, 0.3),  # agrees often, not always
+        "unrelated": tiny_model(arch, seed=7, sharpen=4.0),  # rarely agrees
+    }
+    refs = [reference(target, p) for p in PROMPTS]
+    return arch, target, drafts, refs
+
+
+def test_autoregressive_is_plain_greedy(setup):
+    _, target, _, refs = setup
+    for prompt, ref in zip(PROMPTS, refs):
+        res = Decoder(target, max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == ref
+        assert res.summary.mean_accepted_length == 1.0
+        assert res.summary.target_forwards == NEW  # prefill emits one, each step one more
+
+
+@pytest.mark.parametrize("draft_kind", ["perturbed", "unrelated"])
+@pytest.mark.parametrize("gamma,adaptive", [(1, False), (4, False), (2, True)])
+def test_vanilla_is_lossless(setup, draft_kind, gamma, adaptive):
+    _, target, drafts, refs = setup
+    taus = []
+    for prompt, ref in zip(PROMPTS, refs):
+        drafter = VanillaDrafter(drafts[draft_kind], gamma=gamma, adaptive=adaptive)
+        res = Decoder(target, drafter, max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == ref, (prompt, res.tokens, ref)
+        assert sum(len(e.tokens) for e in res.events) == NEW
+        taus.append(res.summary.mean_accepted_length)
+    if draft_kind == "perturbed":
+        assert max(taus) > 1.0  # the draft did get tokens accepted, so the speculative path was exercised
+
+
+def test_identical_draft_accepts_everything(setup):
+    _, target, _, refs = setup
+    res = Decoder(target, VanillaDrafter(target, gamma=4), max_new_tokens=NEW).generate(PROMPTS[0])
+    assert res.tokens == refs[0]
+    assert res.summary.acceptance_rate == 1.0
+    # 23 tokens after prefill, 5 per step: steps of 5,5,5,5,3
+    assert [len(e.tokens) for e in res.events[1:]] == [5, 5, 5, 5, 3]
+
+
+def test_stops_at_eos():
+    target = tiny_model("llama", sharpen=4.0)
+    ref = reference(target, PROMPTS[1])
+    eos = ref[5]
+    first = ref.index(eos)
+    res = Decoder(
+        target, VanillaDrafter(perturbed_copy(target, 0.3), gamma=4), max_new_tokens=NEW, eos_token_ids=[eos]
+    ).generate(PROMPTS[1])
+    assert res.tokens == ref[: first + 1]
+    assert res.summary.stop_reason == "eos"
+
+
+def test_cancel_between_steps_keeps_partial_output():
+    target = tiny_model("llama", sharpen=4.0)
+    cancel = threading.Event()
+    stream = Decoder(target, max_new_tokens=NEW).stream(PROMPTS[0], cancel)
+    seen = [next(stream), next(stream), next(stream)]
+    cancel.set()
+    rest = list(stream)
+    assert len(rest) == 1 and rest[0].stop_reason == "cancelled"
+    assert rest[0].token_ids == [t for e in seen for t in e.tokens]
+    assert rest[0].token_ids == reference(target, PROMPTS[0])[:3]

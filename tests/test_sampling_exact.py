@@ -1,0 +1,41 @@
+"""Sampling through the whole loop: vanilla at temperature 1 emits tokens distributed exactly as the target's.
+
+The prefill token is sampled from the target directly, so the check is on the second token, which comes out of a
+verification step; its exact marginal is sum_a p(a | prompt) p(b | prompt, a), computed from the target.
+"""
+
+import torch
+from scipy.stats import chisquare
+
+from engine.decoder import Decoder
+from engine.drafters.vanilla import VanillaDrafter
+from engine.sampling import SamplingConfig
+from tests.conftest import tiny_model
+
+V = 12
+PROMPT = [3, 7, 1]
+
+
+@torch.no_grad()
+def exact_second_token(target) -> torch.Tensor:
+    p0 = torch.softmax(target(input_ids=torch.tensor([PROMPT])).logits[0, -1], -1)  # [V]
+    nxt = torch.softmax(target(input_ids=torch.tensor([PROMPT + [a] for a in range(V)])).logits[:, -1], -1)
+    return p0 @ nxt  # [V]
+
+
+def test_vanilla_sampling_matches_target_distribution():
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)  # an unrelated draft: q differs from p
+    drafter = VanillaDrafter(draft, gamma=3)
+    counts = torch.zeros(V)
+    n = 1000
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=2).generate(PROMPT)
+        counts[res.tokens[1]] += 1
+    expected = exact_second_token(target)
+    with torch.no_grad():  # the draft must disagree with the target, or any rule would pass
+        p = torch.softmax(target(input_ids=torch.tensor([PROMPT])).logits[0, -1], -1)
+        q = torch.softmax(draft(input_ids=torch.tensor([PROMPT])).logits[0, -1], -1)
+    assert float((p - q).abs().sum()) / 2 > 0.3
+    pv = chisquare(counts.numpy(), expected.numpy() * n).pvalue
+    assert pv > 1e-3, (pv, counts, expected * n)

@@ -1,0 +1,54 @@
+"""Tree arrays -> masks and positions, checked against definitions written out by brute force."""
+
+import pytest
+import torch
+
+from engine.tree import Draft, tree_attention_mask, tree_position_ids
+
+TREES = [
+    [],  # plain decoding
+    [-1, 0, 1, 2],  # a chain
+    [-1, -1, 0, 0, 1, 2, 5],  # a branching tree
+]
+
+
+def brute_force_visible(parents, past):
+    n = len(parents)
+    vis = torch.zeros(n + 1, past + n + 1, dtype=torch.bool)
+    vis[:, :past] = True
+    for row in range(n + 1):
+        vis[row, past] = True  # the root
+        node = row - 1
+        while node >= 0:
+            vis[row, past + 1 + node] = True
+            node = parents[node]
+    return vis
+
+
+@pytest.mark.parametrize("parents", TREES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mask_matches_ancestry(parents, dtype):
+    past = 3
+    mask = tree_attention_mask(parents, past, dtype, "cpu")
+    assert mask.shape == (1, 1, len(parents) + 1, past + len(parents) + 1)
+    assert mask.dtype == dtype
+    expect = brute_force_visible(parents, past)
+    assert torch.equal(mask[0, 0] == 0, expect)
+    assert torch.all(mask[0, 0][~expect] == torch.finfo(dtype).min)
+
+
+def test_positions_follow_depth():
+    parents = [-1, -1, 0, 0, 1, 2, 5]
+    pos = tree_position_ids(parents, 10, "cpu")
+    assert pos.tolist() == [[10, 11, 11, 12, 12, 12, 13, 14]]
+
+
+def test_draft_structure():
+    d = Draft([5, 6, 7, 8], [-1, -1, 0, 2])
+    assert d.depths() == [1, 1, 2, 3]
+    assert d.children(-1) == [0, 1]
+    assert d.path_to(3) == [0, 2, 3]
+    assert not d.is_chain()
+    assert Draft.chain([1, 2, 3]).is_chain()
+    with pytest.raises(ValueError):
+        Draft([1, 2], [1, -1])  # a parent after its child
