@@ -51,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--draft-tokens", type=int, default=None, help="draft training tokens (default: --tokens)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    demo.add_argument("--max-files", type=int, default=None, help="use only the first N files (quick trials)")
+    card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
+    card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
     return parser
 
 
@@ -164,12 +167,24 @@ def cmd_generate(args) -> int:
 
 
 def cmd_train(args) -> int:
+    if args.what == "card":
+        from engine.train.card import write_card
+
+        if not (Path(args.models) / "training.json").exists():
+            raise GlanceError(f"{args.models} holds no training.json: run 'train demo' first")
+        print(write_card(Path(args.models)))
+        return 0
     from engine.train.demo import run_demo_recipe
 
     if args.tokens < 1:
         raise GlanceError("--tokens must be positive")
     report = run_demo_recipe(
-        Path(args.out), args.tokens, seed=args.seed, draft_tokens=args.draft_tokens, compile=not args.no_compile
+        Path(args.out),
+        args.tokens,
+        seed=args.seed,
+        draft_tokens=args.draft_tokens,
+        compile=not args.no_compile,
+        max_files=args.max_files,
     )
     print(json.dumps({k: report[k] for k in ("target", "draft")}, indent=2))
     return 0

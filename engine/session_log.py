@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
+from engine.system import cpu_name
 
 FORMAT = "glance-session/1"
 
@@ -29,7 +30,7 @@ def environment() -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
+        "processor": cpu_name(),
     }
 
 

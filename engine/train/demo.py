@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 
+from engine.system import cpu_name
 from engine.train.corpus import read_text, stdlib_corpus
 from engine.train.lm import TrainConfig, heldout_loss, train_lm
+from engine.train.prompts import build_prompt_suite, write_prompt_suite
 from engine.train.tokenizer import train_tokenizer
 
 
@@ -80,7 +82,12 @@ def export_model(model, tokenizer, out: Path) -> None:
 
 
 def run_demo_recipe(
-    out: Path, total_tokens: int, seed: int = 0, draft_tokens: int | None = None, compile: bool = True
+    out: Path,
+    total_tokens: int,
+    seed: int = 0,
+    draft_tokens: int | None = None,
+    compile: bool = True,
+    max_files: int | None = None,
 ) -> dict:
     """Run (or resume) the whole recipe and return the training report written to out/training.json."""
     from transformers import AutoTokenizer, LlamaForCausalLM
@@ -90,7 +97,10 @@ def run_demo_recipe(
     work.mkdir(parents=True, exist_ok=True)
     started = time.time()
     corpus = stdlib_corpus()
+    if max_files:  # quick trials: a slice of the corpus, recorded as such
+        corpus = replace(corpus, train=corpus.train[:max_files], heldout=corpus.heldout[: max(2, max_files // 50)])
     report: dict = {"corpus": corpus.describe(), "seed": seed, "machine": _machine()}
+    write_prompt_suite(build_prompt_suite(corpus), out / "prompts.jsonl")
 
     tok_dir = out / "tokenizer"
     if (tok_dir / "tokenizer.json").exists():
@@ -144,7 +154,7 @@ def _machine() -> dict:
     import os
 
     return {
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -1,0 +1,109 @@
+"""Render the bundled models' card (resources/models/README.md) from training.json and evaluation.json."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+
+def _fmt_params(n: int) -> str:
+    return f"{n / 1e6:.1f}M"
+
+
+def render_card(training: dict, evaluation: dict) -> str:
+    c, t, d = training["corpus"], training["target"], training["draft"]
+    acc, cost = evaluation["acceptance"], evaluation["step_costs"]
+    cpu = evaluation.get("cpu", training["machine"]["cpu"])
+    lines = [
+        "# Bundled demo models",
+        "",
+        "A tokenizer, a target and a draft trained from scratch by `python main.py train demo` on the Python",
+        "standard library's own source, so the app and the tests run on a fresh machine with no model hub.",
+        "Each folder loads with plain `AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretrained`.",
+        "",
+        "## Corpus",
+        "",
+        f"- Source: {c['source']}, Python {c['python_version']}.",
+        f"- Files: {c['files_train']} train, {c['files_heldout']} held out; split rule: {c['split_rule']}.",
+        f"- Tokens (byte-level BPE, vocabulary {t['architecture']['vocab']}): {c['tokens_train']:,} train, "
+        f"{c['tokens_heldout']:,} held out.",
+        f"- File-list digest (sha256): `{c['file_list_sha256']}`.",
+        "",
+        "## Models",
+        "",
+        "| | target | draft |",
+        "|---|---|---|",
+        f"| architecture | Llama, {t['architecture']['layers']} layers, hidden {t['architecture']['hidden']}, "
+        f"MLP {t['architecture']['mlp']}, {t['architecture']['heads']} heads, tied embeddings "
+        f"| Llama, {d['architecture']['layers']} layers, hidden {d['architecture']['hidden']}, "
+        f"MLP {d['architecture']['mlp']}, {d['architecture']['heads']} heads, tied embeddings |",
+        f"| parameters | {_fmt_params(t['parameters'])} | {_fmt_params(d['parameters'])} |",
+        f"| training tokens | {t['train']['tokens']:,} ({t['train']['steps']} steps of "
+        f"{t['train']['batch_size']} x {t['train']['seq_len']}) | {d['train']['tokens']:,} "
+        f"({d['train']['steps']} steps of {d['train']['batch_size']} x {d['train']['seq_len']}) |",
+        f"| training wall time | {t['train_wall_seconds'] / 60:.1f} min | {d['train_wall_seconds'] / 60:.1f} min |",
+        f"| held-out loss (nats/token) | {t['heldout_loss']:.4f} | {d['heldout_loss']:.4f} |",
+        f"| held-out perplexity | {math.exp(t['heldout_loss']):.2f} | {math.exp(d['heldout_loss']):.2f} |",
+        f"| one decoding step ({cost['dtype']}, {cost['threads']} threads) | {cost['target_ms_per_token']} ms "
+        f"(8-token verify: {cost['target_ms_verify_8']} ms) | {cost['draft_ms_per_token']} ms "
+        f"({cost['draft_over_target']:.2f} of a target step) |",
+        "",
+        f"Trained on {training['machine']['cores']} CPU cores ({cpu}), torch "
+        f"{training['machine']['torch']}, bf16 autocast, AdamW (lr {t['train']['lr']} cosine to "
+        f"{t['train']['min_lr']}, weight decay {t['train']['weight_decay']}), seed {training['seed']}. "
+        "Held-out loss: mean cross-entropy over the first 32 non-overlapping 512-token windows of the held-out "
+        "stream, measured on the exported bfloat16 weights loaded in float32 (`engine/train/lm.py: heldout_loss`).",
+        "",
+        "## Speculative decoding with this pair",
+        "",
+        f"Vanilla speculative decoding, greedy, gamma {acc['gamma']}, {acc['dtype']}, up to "
+        f"{acc['max_new_tokens']} new tokens on each of the {acc['prompts']} held-out prompts of "
+        "`resources/prompts/suite.jsonl`:",
+        "",
+        f"- draft acceptance rate: **{acc['acceptance_rate']:.3f}** (accepted / proposed draft tokens)",
+        f"- mean accepted length (tau): **{acc['mean_accepted_length']:.3f}** tokens per target forward",
+        f"- output identical to plain greedy decoding on every prompt: {acc['outputs_identical_to_plain_greedy']}",
+        "",
+        "| category | tau |",
+        "|---|---|",
+        *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
+        "",
+        "## Sample greedy completions (target, float32)",
+        "",
+    ]
+    for s in evaluation["samples"]:
+        lines += ["```python", s["prompt"] + s["completion"], "```", ""]
+    lines += [
+        "## Reproduce",
+        "",
+        "```bash",
+        f"python main.py train demo --out runs/demo --tokens {t['train']['tokens']} "
+        f"--draft-tokens {d['train']['tokens']} --seed {training['seed']}",
+        "python main.py train card --models runs/demo   # measures and writes runs/demo/README.md",
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_card(models: Path) -> str:
+    """Measure the family in `models`, store evaluation.json beside training.json, and write README.md."""
+    from engine.system import cpu_name
+    from engine.train.evaluate import samples, speculative_acceptance, step_costs
+    from engine.train.prompts import load_prompt_suite
+
+    models = Path(models)
+    training = json.loads((models / "training.json").read_text())
+    prompt_file = models / "prompts.jsonl"
+    if not prompt_file.exists():
+        prompt_file = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "suite.jsonl"
+    evaluation = {
+        "cpu": cpu_name(),
+        "step_costs": step_costs(models),
+        "acceptance": speculative_acceptance(models, load_prompt_suite(prompt_file)),
+        "samples": samples(models),
+    }
+    (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
+    card = render_card(training, evaluation)
+    (models / "README.md").write_text(card)
+    return card

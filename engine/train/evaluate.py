@@ -1,0 +1,101 @@
+"""Measure a trained family for its model card: speculative acceptance on held-out prompts, step costs, samples."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from engine.decoder import Decoder
+from engine.drafters.vanilla import VanillaDrafter
+from engine.models import load_model
+
+SAMPLE_PROMPTS = [
+    "def fibonacci(n):\n",
+    'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n',
+    "import os\n\n\ndef list_python_files(directory):\n",
+]
+
+
+@torch.no_grad()
+def step_latency(model: torch.nn.Module, context: int = 128, new: int = 1, repeats: int = 30) -> float:
+    """Median seconds of one cached forward over `new` tokens after `context` tokens."""
+    device = next(model.parameters()).device
+    ids = torch.randint(10, 1000, (1, context), device=device)
+    times = []
+    for _ in range(repeats):
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids, cache=cache, use_cache=True)
+        step = torch.randint(10, 1000, (1, new), device=device)
+        t = time.perf_counter()
+        model(input_ids=step, cache=cache, use_cache=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def speculative_acceptance(
+    models: Path, prompts: list[dict], gamma: int = 4, max_new_tokens: int = 64, dtype: str = "float32"
+) -> dict:
+    """Greedy vanilla vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
+    target = load_model(models / "target", device="cpu", dtype=dtype)
+    draft = load_model(models / "draft", device="cpu", dtype=dtype)
+    tok = target.tokenizer
+    eos = tok.eos_token_id
+    steps = emitted = accepted = proposed = 0
+    mismatches = []
+    by_category: dict[str, list[float]] = {}
+    for rec in prompts:
+        ids = tok(rec["prompt"])["input_ids"]
+        ar = Decoder(target.model, None, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
+        drafter = VanillaDrafter(draft.model, gamma=gamma, target_vocab=target.vocab_size)
+        sp = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
+        if sp.tokens != ar.tokens:
+            mismatches.append(rec["id"])
+        s = sp.summary
+        steps += s.steps
+        emitted += sum(len(e.tokens) for e in sp.events[1:])
+        accepted += sum(len(e.accepted_nodes) for e in sp.events[1:])
+        proposed += sum(len(e.draft_tokens) for e in sp.events[1:])
+        by_category.setdefault(rec["category"], []).append(s.mean_accepted_length)
+    return {
+        "gamma": gamma,
+        "dtype": dtype,
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "mean_accepted_length": round(emitted / steps, 3),
+        "acceptance_rate": round(accepted / proposed, 3),
+        "tau_by_category": {k: round(sum(v) / len(v), 3) for k, v in sorted(by_category.items())},
+        "outputs_identical_to_plain_greedy": not mismatches,
+        "mismatched_prompts": mismatches,
+    }
+
+
+def samples(models: Path, max_new_tokens: int = 60) -> list[dict]:
+    target = load_model(models / "target", device="cpu", dtype="float32")
+    tok = target.tokenizer
+    out = []
+    for prompt in SAMPLE_PROMPTS:
+        res = Decoder(target.model, None, max_new_tokens=max_new_tokens, eos_token_ids=tok.eos_token_id).generate(
+            tok(prompt)["input_ids"]
+        )
+        out.append({"prompt": prompt, "completion": tok.decode(res.tokens, skip_special_tokens=True)})
+    return out
+
+
+def step_costs(models: Path, dtype: str = "bfloat16") -> dict:
+    target = load_model(models / "target", device="cpu", dtype=dtype)
+    draft = load_model(models / "draft", device="cpu", dtype=dtype)
+    t1 = step_latency(target.model)
+    t8 = step_latency(target.model, new=8)
+    d1 = step_latency(draft.model)
+    return {
+        "dtype": dtype,
+        "threads": torch.get_num_threads(),
+        "target_ms_per_token": round(t1 * 1e3, 2),
+        "target_ms_verify_8": round(t8 * 1e3, 2),
+        "draft_ms_per_token": round(d1 * 1e3, 2),
+        "draft_over_target": round(d1 / t1, 3),
+    }

@@ -1,0 +1,89 @@
+"""The bundled demo family: loads with plain transformers calls, matches its model card, drafts usefully."""
+
+import json
+import re
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from engine.decoder import Decoder
+from engine.drafters.vanilla import VanillaDrafter
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, RESOURCES
+from engine.train.corpus import stdlib_corpus
+from engine.train.demo import encode_files
+from engine.train.lm import heldout_loss
+from engine.train.prompts import load_prompt_suite
+
+MODELS = RESOURCES / "models"
+SUITE = RESOURCES / "prompts" / "suite.jsonl"
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    torch.set_num_threads(2)
+    target = AutoModelForCausalLM.from_pretrained(BUNDLED_TARGET, dtype=torch.float32).eval()
+    draft = AutoModelForCausalLM.from_pretrained(BUNDLED_DRAFT, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(BUNDLED_TARGET)
+    yield target, draft, tok
+    torch.set_num_threads(1)
+
+
+def test_folders_are_complete_and_small():
+    total = 0
+    for folder in (BUNDLED_TARGET, BUNDLED_DRAFT):
+        for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json"):
+            assert (folder / name).exists(), folder / name
+        total += (folder / "model.safetensors").stat().st_size
+    assert total < 100 * 2**20
+    assert json.loads((BUNDLED_TARGET / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_tokenizer_round_trips(bundled):
+    _, _, tok = bundled
+    text = 'def f(x):\n    """Double x."""\n    return x * 2  # ünïcode ok\n'
+    ids = tok(text)["input_ids"]
+    assert ids[0] == tok.bos_token_id
+    assert tok.decode(ids, skip_special_tokens=True) == text
+    assert {tok.bos_token_id, tok.eos_token_id, tok.pad_token_id} <= set(range(len(tok)))
+
+
+@pytest.mark.slow
+def test_heldout_loss_matches_model_card(bundled):
+    target, _, tok = bundled
+    training = json.loads((MODELS / "training.json").read_text())
+    corpus = stdlib_corpus()
+    if corpus.digest != training["corpus"]["file_list_sha256"]:
+        pytest.skip("this interpreter's standard library differs from the one the models were trained on")
+    stream = encode_files(tok, corpus.heldout)
+    loss = heldout_loss(target, stream, seq_len=512, windows=32)
+    card = (MODELS / "README.md").read_text()
+    card_loss = float(re.search(r"held-out loss \(nats/token\) \| ([0-9.]+)", card).group(1))
+    assert abs(loss - card_loss) / card_loss < 0.05, (loss, card_loss)
+
+
+@pytest.mark.slow
+def test_vanilla_pair_is_lossless_and_accepts(bundled):
+    target, draft, tok = bundled
+    prompts = [r for r in load_prompt_suite(SUITE)][::20][:4]
+    emitted = steps = 0
+    for rec in prompts:
+        ids = tok(rec["prompt"])["input_ids"]
+        ref = Decoder(target, max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids).tokens
+        res = Decoder(
+            target, VanillaDrafter(draft, gamma=4), max_new_tokens=32, eos_token_ids=tok.eos_token_id
+        ).generate(ids)
+        assert res.tokens == ref, rec["id"]
+        steps += res.summary.steps
+        emitted += sum(len(e.tokens) for e in res.events[1:])
+    assert emitted / steps > 1.5
+
+
+def test_prompt_suite_is_heldout_and_varied():
+    records = load_prompt_suite(SUITE)
+    assert len(records) >= 60
+    assert len({r["category"] for r in records}) >= 6
+    assert len({r["id"] for r in records}) == len(records)
+    heldout = {p.relative_to(stdlib_corpus().root).as_posix() for p in stdlib_corpus().heldout}
+    assert all(r["source"] in heldout for r in records)
+    assert all(r["prompt"].strip() for r in records)
