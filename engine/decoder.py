@@ -24,6 +24,7 @@ from engine.sampling import SamplingConfig, logits_to_probs, sample
 from engine.tree import tree_attention_mask, tree_position_ids
 from engine.verify import verify
 
+TOP_TOKENS = 5
 CancelCheck = Callable[[], bool] | threading.Event | None
 
 
@@ -89,11 +90,15 @@ class Decoder:
             **kwargs,
         )
 
-    def _emit_probs(self, logits: torch.Tensor, tokens: list[int], rows: list[int]) -> list[float]:
-        """The target's probability of each emitted token at the row that predicted it (softmax at T=1 when greedy)."""
+    def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
+        """The target's probability of each emitted token at the row that predicted it, and its top tokens at every
+        row (softmax at T=1 when greedy), for tooltips and the step inspector."""
         cfg = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=1.0)
-        probs = logits_to_probs(logits[rows], cfg)  # [k, V]
-        return [float(probs[i, t]) for i, t in enumerate(tokens)]
+        probs = logits_to_probs(logits, cfg)  # [rows, V]
+        emitted = [round(float(probs[r, t]), 5) for r, t in zip(rows, tokens)]
+        top_p, top_i = probs.topk(min(TOP_TOKENS, probs.shape[-1]), dim=-1)  # [rows, k]
+        top = [[[int(i), round(float(p), 5)] for i, p in zip(ri, rp)] for ri, rp in zip(top_i, top_p)]
+        return emitted, top
 
     @torch.no_grad()
     def stream(self, prompt_ids: list[int], cancel: CancelCheck = None) -> Iterator[StepEvent | RunSummary]:
@@ -129,21 +134,23 @@ class Decoder:
         drafter.begin(state)
         _sync(self.device)
         prefill_s = time.perf_counter() - t0
+        probs, top = self._target_view(logits, [first], [0])
         yield StepEvent(
-            run_id,
-            self.variant,
-            0,
-            [],
-            [],
-            [],
-            [first],
-            [False],
-            self._emit_probs(logits, [first], [0]),
-            0.0,
-            prefill_s,
-            prefill_s,
-            1,
-            {"prefill": True},
+            run_id=run_id,
+            variant=self.variant,
+            step=0,
+            draft_tokens=[],
+            draft_parents=[],
+            accepted_nodes=[],
+            tokens=[first],
+            from_draft=[False],
+            target_probs=probs,
+            draft_seconds=0.0,
+            verify_seconds=prefill_s,
+            clock=prefill_s,
+            new_tokens=1,
+            extra={"prefill": True},
+            target_top=top,
         )
         if first in self.eos:
             stop = "eos"
@@ -199,21 +206,23 @@ class Decoder:
                     accepted_at.append(0)
                 reached[d - 1] += 1
                 accepted_at[d - 1] += len(verdict.accepted) >= d
+            probs, top = self._target_view(logits, emitted, rows)
             yield StepEvent(
-                run_id,
-                self.variant,
-                steps,
-                list(draft.tokens),
-                list(draft.parents),
-                list(verdict.accepted),
-                emitted,
-                from_draft,
-                self._emit_probs(logits, emitted, rows),
-                d_s,
-                v_s,
-                prefill_s + draft_s + verify_s,
-                len(new),
-                dict(draft.meta),
+                run_id=run_id,
+                variant=self.variant,
+                step=steps,
+                draft_tokens=list(draft.tokens),
+                draft_parents=list(draft.parents),
+                accepted_nodes=list(verdict.accepted),
+                tokens=emitted,
+                from_draft=from_draft,
+                target_probs=probs,
+                draft_seconds=d_s,
+                verify_seconds=v_s,
+                clock=prefill_s + draft_s + verify_s,
+                new_tokens=len(new),
+                extra=dict(draft.meta),
+                target_top=top,
             )
 
         wall = prefill_s + draft_s + verify_s

@@ -1,0 +1,1 @@
+"""Glance's Qt front end: a thin layer that renders the engine's event stream."""

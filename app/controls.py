@@ -1,0 +1,200 @@
+"""The left-hand panels: models, prompt with presets, generation settings and per-variant knobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.theme import RESOURCES
+from engine.variants import METHODS
+
+PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
+DEFAULT_PROMPT = "def fibonacci(n):\n"
+
+
+def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    lay.addWidget(edit, 1)
+    browse = QPushButton("…")
+    browse.setFixedWidth(28)
+    browse.setToolTip("choose a local model folder")
+
+    def pick() -> None:
+        folder = QFileDialog.getExistingDirectory(parent, "Model folder", edit.text() or str(Path.home()))
+        if folder:
+            edit.setText(folder)
+
+    browse.clicked.connect(pick)
+    lay.addWidget(browse)
+    return row
+
+
+class ModelPanel(QGroupBox):
+    def __init__(self) -> None:
+        super().__init__("Models")
+        self.target = QLineEdit()
+        self.target.setPlaceholderText("bundled demo target (or a folder / hub id)")
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText("bundled demo draft (or a folder / hub id; empty: none)")
+        self.device = QComboBox()
+        self.device.addItems(["auto", "cpu", "cuda", "mps"])
+        self.dtype = QComboBox()
+        self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
+        self.allow_download = QCheckBox("allow hub downloads")
+        self.load = QPushButton("Load")
+        self.busy = QProgressBar()
+        self.busy.setRange(0, 0)
+        self.busy.setVisible(False)
+        self.info = QLabel("no model loaded")
+        self.info.setWordWrap(True)
+        form = QFormLayout(self)
+        form.addRow("target", _path_row(self.target, self))
+        form.addRow("draft", _path_row(self.draft, self))
+        form.addRow("device", self.device)
+        form.addRow("dtype", self.dtype)
+        form.addRow(self.allow_download)
+        form.addRow(self.load, self.busy)
+        form.addRow(self.info)
+
+    def set_busy(self, busy: bool) -> None:
+        self.busy.setVisible(busy)
+        self.load.setEnabled(not busy)
+
+
+class PromptPanel(QGroupBox):
+    def __init__(self) -> None:
+        super().__init__("Prompt")
+        self.presets = QComboBox()
+        self.presets.addItem("(custom)", None)
+        for rec in load_presets():
+            self.presets.addItem(f"{rec['category']} · {rec['id']}", rec["prompt"])
+        self.text = QPlainTextEdit(DEFAULT_PROMPT)
+        self.text.setMinimumHeight(90)
+        self.presets.currentIndexChanged.connect(self._preset)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.presets)
+        lay.addWidget(self.text)
+
+    def _preset(self, index: int) -> None:
+        prompt = self.presets.itemData(index)
+        if prompt:
+            self.text.setPlainText(prompt)
+
+
+class SettingsPanel(QGroupBox):
+    def __init__(self) -> None:
+        super().__init__("Generation")
+        self.max_new = QSpinBox()
+        self.max_new.setRange(1, 4096)
+        self.max_new.setValue(64)
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 5.0)
+        self.temperature.setSingleStep(0.1)
+        self.top_p = QDoubleSpinBox()
+        self.top_p.setRange(0.01, 1.0)
+        self.top_p.setSingleStep(0.05)
+        self.top_p.setValue(1.0)
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        self.methods = {m: QCheckBox(m) for m in METHODS}
+        for box in self.methods.values():
+            box.setChecked(True)
+        self.gamma = QSpinBox()
+        self.gamma.setRange(1, 16)
+        self.gamma.setValue(4)
+        self.adaptive = QCheckBox("adaptive gamma")
+        self.sequential = QCheckBox("sequential (benchmark) mode")
+        self.show_rejected = QCheckBox("show rejected draft tokens")
+        self.run_one = QComboBox()
+        self.run_one.addItems(list(METHODS))
+        form = QFormLayout(self)
+        form.addRow("max new tokens", self.max_new)
+        form.addRow("temperature", self.temperature)
+        form.addRow("top-p", self.top_p)
+        form.addRow("seed", self.seed)
+        row = QWidget()
+        rl = QHBoxLayout(row)
+        rl.setContentsMargins(0, 0, 0, 0)
+        for box in self.methods.values():
+            rl.addWidget(box)
+        form.addRow("race", row)
+        form.addRow("vanilla gamma", self.gamma)
+        form.addRow(self.adaptive)
+        form.addRow(self.sequential)
+        form.addRow(self.show_rejected)
+        form.addRow("run one", self.run_one)
+
+    def chosen_methods(self) -> list[str]:
+        return [m for m, box in self.methods.items() if box.isChecked()]
+
+
+def load_presets() -> list[dict]:
+    if not PROMPTS.exists():
+        return []
+    return [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+
+
+def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> None:
+    settings.setValue("target", models.target.text())
+    settings.setValue("draft", models.draft.text())
+    settings.setValue("device", models.device.currentText())
+    settings.setValue("dtype", models.dtype.currentText())
+    settings.setValue("prompt", prompt.text.toPlainText())
+    settings.setValue("max_new", gen.max_new.value())
+    settings.setValue("temperature", gen.temperature.value())
+    settings.setValue("top_p", gen.top_p.value())
+    settings.setValue("seed", gen.seed.value())
+    settings.setValue("gamma", gen.gamma.value())
+    settings.setValue("adaptive", gen.adaptive.isChecked())
+    settings.setValue("sequential", gen.sequential.isChecked())
+    settings.setValue("show_rejected", gen.show_rejected.isChecked())
+    settings.setValue("methods", ",".join(gen.chosen_methods()))
+
+
+def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> None:
+    def get(key, default, kind=str):
+        value = settings.value(key, default)
+        if kind is bool:
+            return value in (True, "true", "1", 1)
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            return default
+
+    models.target.setText(get("target", ""))
+    models.draft.setText(get("draft", ""))
+    models.device.setCurrentText(get("device", "auto"))
+    models.dtype.setCurrentText(get("dtype", "auto"))
+    prompt.text.setPlainText(get("prompt", DEFAULT_PROMPT))
+    gen.max_new.setValue(get("max_new", 64, int))
+    gen.temperature.setValue(get("temperature", 0.0, float))
+    gen.top_p.setValue(get("top_p", 1.0, float))
+    gen.seed.setValue(get("seed", 0, int))
+    gen.gamma.setValue(get("gamma", 4, int))
+    gen.adaptive.setChecked(get("adaptive", False, bool))
+    gen.sequential.setChecked(get("sequential", False, bool))
+    gen.show_rejected.setChecked(get("show_rejected", False, bool))
+    chosen = get("methods", ",".join(METHODS)).split(",")
+    for m, box in gen.methods.items():
+        box.setChecked(m in chosen)

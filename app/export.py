@@ -1,0 +1,30 @@
+"""File > Export: a folder with the session log, per-step and per-run CSVs, chart PNGs and a Markdown report."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from engine.errors import GlanceError
+from engine.report import markdown_report, write_runs_csv, write_steps_csv
+from engine.session_log import read_session_log
+
+EXPORT_FILES = ["session.jsonl", "steps.csv", "runs.csv", "report.md"]
+
+
+def export_session(log_path: Path, folder: Path, charts=None) -> list[Path]:
+    """Write every export file into `folder`; raises GlanceError when the folder cannot be written."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log_path, folder / "session.jsonl")
+        log = read_session_log(folder / "session.jsonl")
+        write_steps_csv(log, folder / "steps.csv")
+        write_runs_csv(log, folder / "runs.csv")
+        (folder / "report.md").write_text(markdown_report(log))
+        written = [folder / name for name in EXPORT_FILES]
+        if charts is not None:
+            written += [Path(p) for p in charts.export_png(folder)]
+    except OSError as exc:
+        raise GlanceError(f"cannot export to {folder}: {exc.strerror or exc}") from None
+    return written

@@ -1,0 +1,70 @@
+"""Step inspector: the draft of one step as a tree, the accepted path highlighted, the target's top tokens per node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+
+from engine.events import StepEvent
+
+
+class StepInspector(QWidget):
+    def __init__(self) -> None:
+        super().__init__()
+        self.title = QLabel("Click a token or a point on the accepted-length chart to inspect its step.")
+        self.title.setWordWrap(True)
+        self.tree = QTreeWidget()
+        self.tree.setHeaderLabels(["node", "token", "depth", "verdict", "target's top tokens (p)"])
+        self.tree.setColumnWidth(0, 110)
+        self.tree.setColumnWidth(1, 140)
+        lay = QVBoxLayout(self)
+        lay.addWidget(self.title)
+        lay.addWidget(self.tree)
+        self.shown: tuple[str, int] | None = None
+
+    def show_step(self, lane: str, ev: StepEvent, decode: Callable[[int], str]) -> None:
+        self.shown = (lane, ev.step)
+        self.tree.clear()
+        kind = (
+            "prefill"
+            if ev.step == 0
+            else ("tree" if any(p != i - 1 for i, p in enumerate(ev.draft_parents)) else "chain")
+        )
+        self.title.setText(
+            f"{lane} · step {ev.step} · {kind} of {len(ev.draft_tokens)} draft tokens · "
+            f"accepted {len(ev.accepted_nodes)} · emitted {len(ev.tokens)} · "
+            f"draft {ev.draft_seconds * 1e3:.1f} ms · verify {ev.verify_seconds * 1e3:.1f} ms"
+        )
+
+        def top_text(row: int) -> str:
+            if row >= len(ev.target_top):
+                return ""
+            return "  ".join(f"{decode(t)!r} {p:.2f}" for t, p in ev.target_top[row])
+
+        root = QTreeWidgetItem(["pending", "", "0", "", top_text(0)])
+        self.tree.addTopLevelItem(root)
+        items = {-1: root}
+        accepted = set(ev.accepted_nodes)
+        bold = QFont()
+        bold.setBold(True)
+        depth: dict[int, int] = {}
+        for i, (tok, parent) in enumerate(zip(ev.draft_tokens, ev.draft_parents)):
+            depth[i] = 1 if parent < 0 else depth[parent] + 1
+            verdict = "accepted" if i in accepted else "rejected"
+            item = QTreeWidgetItem([f"node {i}", repr(decode(tok)), str(depth[i]), verdict, top_text(i + 1)])
+            if i in accepted:
+                for c in range(5):
+                    item.setFont(c, bold)
+                    item.setForeground(c, QBrush(QColor("#66bb6a")))
+            else:
+                item.setForeground(3, QBrush(QColor("#ef9a9a")))
+            items[parent].addChild(item)
+            items[i] = item
+        bonus = ev.tokens[-1]
+        last = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
+        items[last].addChild(
+            QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), "target's own token", ""])
+        )
+        self.tree.expandAll()

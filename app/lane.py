@@ -1,0 +1,224 @@
+"""One lane per variant: live text with every token colored by who produced it, and a header of live stats."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import Signal
+from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QVBoxLayout
+
+from app.theme import REJECTED, depth_shade, variant_color
+from engine.events import RunSummary, StepEvent
+
+
+@dataclass
+class LaneStats:
+    """Running metrics of one lane, by DESIGN.md's definitions; the run summary overrides them when it arrives."""
+
+    steps: int = 0
+    step_tokens: int = 0
+    accepted: int = 0
+    proposed_depth: int = 0
+    new_tokens: int = 0
+    clock: float = 0.0
+    tokens: list[int] = field(default_factory=list)
+    summary: RunSummary | None = None
+
+    def add(self, ev: StepEvent) -> None:
+        self.tokens.extend(ev.tokens)
+        self.new_tokens, self.clock = ev.new_tokens, ev.clock
+        if ev.step > 0:
+            self.steps += 1
+            self.step_tokens += len(ev.tokens)
+            self.accepted += len(ev.accepted_nodes)
+            depths: dict[int, int] = {}
+            for i, p in enumerate(ev.draft_parents):
+                depths[i] = 1 if p < 0 else depths[p] + 1
+            self.proposed_depth += max(depths.values(), default=0)
+
+    @property
+    def tau(self) -> float:
+        if self.summary:
+            return self.summary.mean_accepted_length
+        return self.step_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        if self.summary:
+            return self.summary.acceptance_rate
+        return self.accepted / self.proposed_depth if self.proposed_depth else None
+
+    @property
+    def tokens_per_second(self) -> float:
+        if self.summary:
+            return self.summary.tokens_per_second
+        return self.new_tokens / self.clock if self.clock > 0 else 0.0
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token over the common length, or None when one is a prefix of the other."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+class TokenView(QTextEdit):
+    """Read-only text that knows which step produced each character, for click-to-inspect."""
+
+    stepClicked = Signal(int)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setReadOnly(True)
+        self.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        font = QFont("monospace")
+        font.setStyleHint(QFont.StyleHint.Monospace)
+        self.setFont(font)
+        self.starts: list[int] = []
+        self.steps: list[int] = []
+
+    def mark(self, start: int, step: int) -> None:
+        self.starts.append(start)
+        self.steps.append(step)
+
+    def step_at(self, position: int) -> int | None:
+        i = bisect.bisect_right(self.starts, position) - 1
+        return self.steps[i] if i >= 0 else None
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+        super().mouseReleaseEvent(event)
+        step = self.step_at(self.cursorForPosition(event.position().toPoint()).position())
+        if step is not None:
+            self.stepClicked.emit(step)
+
+    def reset(self) -> None:
+        self.clear()
+        self.starts.clear()
+        self.steps.clear()
+
+
+class LaneWidget(QFrame):
+    """Title, stats header and token view of one variant."""
+
+    stepClicked = Signal(str, int)  # lane name, step
+
+    def __init__(self, name: str, label: str | None = None) -> None:
+        super().__init__()
+        self.setObjectName("lane")
+        self.name = name
+        self.color = variant_color(name)
+        self.stats = LaneStats()
+        self.events: list[StepEvent] = []
+        self.show_rejected = False
+        self.pending: list[StepEvent] = []
+        self.title = QLabel(label or name)
+        self.title.setObjectName("laneTitle")
+        self.title.setStyleSheet(f"color: {self.color.name()}")
+        self.header = QLabel("waiting")
+        self.header.setObjectName("laneStats")
+        self.header.setWordWrap(True)
+        self.match = QLabel("")
+        self.match.setWordWrap(True)
+        self.view = TokenView()
+        self.view.stepClicked.connect(lambda step: self.stepClicked.emit(self.name, step))
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(6, 6, 6, 6)
+        for w in (self.title, self.header, self.match):
+            lay.addWidget(w)
+        lay.addWidget(self.view, 1)
+        self._formats: dict[tuple, QTextCharFormat] = {}
+
+    def _format(self, kind: str, depth: int, tooltip: str) -> QTextCharFormat:
+        base = self._formats.get((kind, depth))
+        if base is None:
+            base = QTextCharFormat()
+            if kind == "draft":
+                base.setBackground(depth_shade(self.color, depth))
+            elif kind == "rejected":
+                base.setForeground(QColor(REJECTED))
+                base.setFontStrikeOut(True)
+            self._formats[(kind, depth)] = base
+        fmt = QTextCharFormat(base)
+        fmt.setToolTip(tooltip)
+        fmt.setProperty(QTextCharFormat.Property.UserProperty, kind)
+        return fmt
+
+    def add_event(self, ev: StepEvent) -> None:
+        """Queue a step for the next frame; stats update at once."""
+        self.events.append(ev)
+        self.stats.add(ev)
+        self.pending.append(ev)
+
+    def flush(self) -> None:
+        """Render queued steps with one cursor at the end, in one edit block."""
+        if not self.pending:
+            return
+        cursor = QTextCursor(self.view.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.beginEditBlock()
+        for ev in self.pending:
+            pieces = ev.extra.get("pieces") or [f"<{t}>" for t in ev.tokens]
+            depth_of = {}
+            for i, p in enumerate(ev.draft_parents):
+                depth_of[i] = 1 if p < 0 else depth_of[p] + 1
+            n_acc = len(ev.accepted_nodes)
+            for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
+                if k == n_acc and self.show_rejected:  # rejected draft tokens go before the target's correction
+                    for rp in ev.extra.get("rejected_pieces", []):
+                        cursor.insertText(rp, self._format("rejected", 0, f"step {ev.step}: rejected draft token"))
+                self.view.mark(cursor.position(), ev.step)
+                if ev.from_draft[k]:
+                    d = depth_of[ev.accepted_nodes[k]]
+                    tip = f"step {ev.step} · draft depth {d} · target p = {prob:.3f}"
+                    cursor.insertText(piece, self._format("draft", d, tip))
+                else:
+                    tip = f"step {ev.step} · target's own token · p = {prob:.3f}"
+                    cursor.insertText(piece, self._format("target", 0, tip))
+        cursor.endEditBlock()
+        self.pending.clear()
+        self.view.ensureCursorVisible()
+
+    def update_header(self, baseline: LaneWidget | None) -> None:
+        s = self.stats
+        acc = "–" if s.acceptance is None else f"{s.acceptance:.0%}"
+        parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {s.tau:.2f}", f"acc {acc}", f"{s.new_tokens} tok"]
+        if baseline is not None and baseline is not self and baseline.stats.tokens_per_second > 0:
+            parts.append(f"{s.tokens_per_second / baseline.stats.tokens_per_second:.2f}x")
+        if s.summary is not None:
+            parts.append(s.summary.stop_reason)
+            if s.summary.approximate:
+                parts.append("APPROXIMATE")
+        self.header.setText(" · ".join(parts))
+
+    def update_match(self, baseline: LaneWidget | None, reason: str) -> None:
+        if baseline is None or baseline is self:
+            self.match.setText("baseline" if baseline is self else "")
+            return
+        diff = first_difference(self.stats.tokens, baseline.stats.tokens)
+        if diff is None:
+            self.match.setText("✓ matches the baseline token for token")
+            self.match.setStyleSheet("color: #66bb6a")
+        else:
+            self.match.setText(f"✗ differs from the baseline at token {diff}: {reason}")
+            self.match.setStyleSheet("color: #ef9a9a")
+
+    def set_show_rejected(self, on: bool) -> None:
+        """Re-render everything with or without rejected draft tokens."""
+        self.show_rejected = on
+        self.view.reset()
+        self.pending = list(self.events)
+        self.flush()
+
+    def reset(self) -> None:
+        self.stats = LaneStats()
+        self.events.clear()
+        self.pending.clear()
+        self.view.reset()
+        self.header.setText("waiting")
+        self.match.setText("")
+
+    def text(self) -> str:
+        return self.view.toPlainText()
+
+    def event_for_step(self, step: int) -> StepEvent | None:
+        return next((e for e in self.events if e.step == step), None)

@@ -1,0 +1,534 @@
+"""The main window: panels on the left, one lane per variant, charts and the step inspector below.
+
+The window never calls the engine on the GUI thread: loading and racing are jobs on the worker thread, whose
+events arrive by queued signals, are written to the autosaved session log, and are rendered once per frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
+from PySide6.QtGui import QAction, QActionGroup
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.charts import ChartsWidget
+from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings
+from app.export import export_session
+from app.inspector import StepInspector
+from app.lane import LaneWidget
+from app.theme import app_icon, style_sheet
+from app.worker import EngineWorker, WorkerThread
+from engine.errors import GlanceError
+from engine.events import RunSummary, StepEvent
+from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, check_same_vocabulary, load_model
+from engine.sampling import SamplingConfig
+from engine.session_log import SessionLogWriter, read_session_log
+
+BASELINE = "ar"
+FRAME_MS = 33  # repaint lanes and charts at about 30 frames per second
+
+
+class PieceDecoder:
+    """Text of each new token, decoded in context so multi-token characters and spaces come out right."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""
+
+    def pieces(self, tokens: list[int]) -> list[str]:
+        out = []
+        for t in tokens:
+            self.ids.append(t)
+            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            out.append(text[len(self.text) :])
+            self.text = text
+        return out
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, settings: QSettings | None = None, autosave_dir: Path | None = None, autoload: bool = True):
+        super().__init__()
+        self.setWindowTitle("Glance — speculative decoding playground")
+        self.setWindowIcon(app_icon())
+        self.settings = settings or QSettings("Glance", "Glance")
+        self.autosave_dir = Path(
+            autosave_dir
+            or os.environ.get("GLANCE_AUTOSAVE_DIR")
+            or Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "autosave"
+        )
+        self.models: dict | None = None
+        self.lanes: dict[str, LaneWidget] = {}
+        self.decoders: dict[str, PieceDecoder] = {}
+        self.log: SessionLogWriter | None = None
+        self.log_path: Path | None = None
+        self.job: str | None = None
+        self.run_settings: dict = {}
+        self.replay_queue: list[tuple[float, str, object]] = []
+        self.replay_started = 0.0
+
+        self.model_panel, self.prompt_panel, self.gen_panel = ModelPanel(), PromptPanel(), SettingsPanel()
+        restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
+        self.race_button = QPushButton("Race")
+        self.race_button.setObjectName("race")
+        self.run_one_button = QPushButton("Run one")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setObjectName("stop")
+        self.stop_button.setEnabled(False)
+        self.banner = QLabel("")
+        self.banner.setWordWrap(True)
+        self.banner.setStyleSheet("color: #ef5350; font-weight: bold")
+        self.banner.setVisible(False)
+        self.legend = QLabel(
+            "<span style='background:#4fc3f7'>&nbsp;draft token accepted&nbsp;</span> (variant color, lighter = "
+            "deeper) &nbsp; target's own token in plain text &nbsp; <s style='color:#7b8394'>rejected draft</s> "
+            "&nbsp; hover a token for step, depth and p; click it to inspect the step"
+        )
+        self.legend.setWordWrap(True)
+
+        left = QWidget()
+        ll = QVBoxLayout(left)
+        for w in (self.model_panel, self.prompt_panel, self.gen_panel):
+            ll.addWidget(w)
+        buttons = QHBoxLayout()
+        for b in (self.race_button, self.run_one_button, self.stop_button):
+            buttons.addWidget(b)
+        ll.addLayout(buttons)
+        ll.addStretch(1)
+        left_scroll = QScrollArea()
+        left_scroll.setWidget(left)
+        left_scroll.setWidgetResizable(True)
+        left_scroll.setMinimumWidth(360)
+
+        self.lane_box = QWidget()
+        self.lane_layout = QHBoxLayout(self.lane_box)
+        self.charts = ChartsWidget()
+        self.inspector = StepInspector()
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.charts, "Charts")
+        self.tabs.addTab(self.inspector, "Step inspector")
+        right = QSplitter(Qt.Orientation.Vertical)
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(self.banner)
+        tl.addWidget(self.legend)
+        tl.addWidget(self.lane_box, 1)
+        right.addWidget(top)
+        right.addWidget(self.tabs)
+        right.setSizes([420, 380])
+        split = QSplitter()
+        split.addWidget(left_scroll)
+        split.addWidget(right)
+        split.setSizes([380, 1100])
+        self.setCentralWidget(split)
+        self._menus()
+        self.statusBar().showMessage("ready")
+        self.resize(1500, 920)
+
+        self.thread = WorkerThread()
+        w = self.thread.worker
+        w.event.connect(self._on_event)
+        w.done.connect(self._on_done)
+        w.failed.connect(self._on_failed)
+        self.frame = QTimer(self)
+        self.frame.setInterval(FRAME_MS)
+        self.frame.timeout.connect(self._render_frame)
+        self.frame.start()
+        self.replay_timer = QTimer(self)
+        self.replay_timer.setInterval(FRAME_MS)
+        self.replay_timer.timeout.connect(self._replay_tick)
+
+        self.model_panel.load.clicked.connect(self.load_models)
+        self.race_button.clicked.connect(lambda: self.race())
+        self.run_one_button.clicked.connect(lambda: self.race([self.gen_panel.run_one.currentText()]))
+        self.stop_button.clicked.connect(self.stop)
+        self.gen_panel.show_rejected.toggled.connect(self._toggle_rejected)
+        self.charts.pointClicked.connect(self.inspect)
+        self.apply_theme(self.settings.value("theme", "dark"))
+        if autoload:
+            self.load_models()
+
+    # ---- menus, theme, messages -------------------------------------------------------------------------------
+    def _menus(self) -> None:
+        file = self.menuBar().addMenu("&File")
+        for text, slot in (
+            ("&Open log (instant)…", lambda: self._ask_open(False)),
+            ("&Replay log at recorded speed…", lambda: self._ask_open(True)),
+            ("&Export…", self._ask_export),
+            ("&Quit", self.close),
+        ):
+            act = QAction(text, self)
+            act.triggered.connect(slot)
+            file.addAction(act)
+        view = self.menuBar().addMenu("&View")
+        group = QActionGroup(self)
+        for theme in ("dark", "light"):
+            act = QAction(f"{theme.title()} theme", self, checkable=True)
+            act.triggered.connect(lambda _=False, t=theme: self.apply_theme(t))
+            group.addAction(act)
+            view.addAction(act)
+
+    def apply_theme(self, theme: str) -> None:
+        self.theme = theme if theme in ("dark", "light") else "dark"
+        self.setStyleSheet(style_sheet(self.theme))
+        self.settings.setValue("theme", self.theme)
+
+    def show_error(self, message: str) -> None:
+        self.banner.setText(message)
+        self.banner.setVisible(True)
+        self.statusBar().showMessage(message, 10000)
+
+    def clear_error(self) -> None:
+        self.banner.setVisible(False)
+        self.banner.setText("")
+
+    # ---- loading ----------------------------------------------------------------------------------------------
+    def load_models(self) -> None:
+        if self.job:
+            self.show_error(f"busy ({self.job}): press Stop or wait before loading models")
+            return
+        mp = self.model_panel
+        target = mp.target.text().strip() or str(BUNDLED_TARGET)
+        draft = mp.draft.text().strip() or (str(BUNDLED_DRAFT) if not mp.target.text().strip() else "")
+        opts = dict(
+            device=mp.device.currentText(), dtype=mp.dtype.currentText(), allow_download=mp.allow_download.isChecked()
+        )
+
+        def job(worker: EngineWorker) -> dict:
+            t = load_model(target, **opts)
+            d = None
+            if draft:
+                d = load_model(draft, **(opts | {"device": t.device, "dtype": t.dtype}))
+                check_same_vocabulary(t, d)
+            return {"target": t, "draft": d}
+
+        self.clear_error()
+        mp.set_busy(True)
+        mp.info.setText(f"loading {Path(target).name} …")
+        self._start("load", job)
+
+    # ---- racing -----------------------------------------------------------------------------------------------
+    def available_methods(self) -> list[str]:
+        from engine.variants import NEEDS_DRAFT_MODEL
+
+        have_draft = bool(self.models and self.models["draft"])
+        return [m for m in self.gen_panel.chosen_methods() if have_draft or m not in NEEDS_DRAFT_MODEL]
+
+    def race(self, methods: list[str] | None = None) -> None:
+        if self.job:
+            self.show_error(f"a {self.job} is already running: press Stop first")
+            return
+        if not self.models:
+            self.show_error("no model is loaded: press Load first")
+            return
+        prompt = self.prompt_panel.text.toPlainText()
+        if not prompt.strip():
+            self.show_error("the prompt is empty: type some text or pick a preset")
+            return
+        methods = methods or self.available_methods()
+        if not methods:
+            self.show_error("no variant selected (vanilla needs a draft model)")
+            return
+        g = self.gen_panel
+        try:
+            sampling = SamplingConfig(g.temperature.value(), g.top_p.value(), g.seed.value())
+        except GlanceError as exc:
+            self.show_error(str(exc))
+            return
+        self.clear_error()
+        self._reset_lanes(methods)
+        target, draft = self.models["target"], self.models["draft"]
+        tok = target.tokenizer
+        prompt_ids = tok(prompt)["input_ids"]
+        max_new, gamma, adaptive = g.max_new.value(), g.gamma.value(), g.adaptive.isChecked()
+        interleaved = not g.sequential.isChecked()
+        self.run_settings = {
+            "prompt": prompt,
+            "prompt_ids": prompt_ids,
+            "methods": methods,
+            "max_new_tokens": max_new,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "gamma": gamma,
+            "adaptive": adaptive,
+            "interleaved": interleaved,
+            "dtype": str(target.dtype).removeprefix("torch."),
+        }
+        self._open_log(target, draft)
+        eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
+
+        def job(worker: EngineWorker) -> str:
+            from engine.decoder import Decoder
+            from engine.race import Lane, race
+            from engine.variants import build_drafter
+
+            lanes = [
+                Lane(
+                    m,
+                    Decoder(
+                        target.model,
+                        build_drafter(m, target, draft, gamma=gamma, adaptive=adaptive),
+                        sampling,
+                        max_new,
+                        eos,
+                        variant=m,
+                    ),
+                )
+                for m in methods
+            ]
+            for name, item in race(lanes, prompt_ids, worker.cancel, interleaved=interleaved):
+                worker.event.emit(name, item)
+            return "cancelled" if worker.cancel.is_set() else "finished"
+
+        self._start("race", job)
+
+    def stop(self) -> None:
+        self.thread.worker.cancel.set()
+        self.replay_queue.clear()
+        self.replay_timer.stop()
+        self.statusBar().showMessage("stopping after the current step …")
+
+    def _start(self, name: str, job) -> None:
+        self.job = name
+        self.race_button.setEnabled(False)
+        self.run_one_button.setEnabled(False)
+        self.stop_button.setEnabled(name == "race")
+        self.statusBar().showMessage(f"{name} running …")
+        self.thread.submit(name, job)
+
+    def _finish_job(self) -> None:
+        self.job = None
+        self.race_button.setEnabled(True)
+        self.run_one_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        self.model_panel.set_busy(False)
+
+    # ---- events from the worker ---------------------------------------------------------------------------------
+    def _on_event(self, lane: str, item) -> None:
+        if isinstance(item, StepEvent) and "pieces" not in item.extra:
+            decoder = self.decoders[lane]
+            item.extra["pieces"] = decoder.pieces(item.tokens)
+            rejected = self._rejected_tokens(item)
+            item.extra["rejected_pieces"] = [decoder.tokenizer.decode([t]) for t in rejected]
+        if self.log is not None:
+            try:
+                self.log.event(item)
+            except GlanceError as exc:  # a full disk: keep racing on screen, say the log stopped
+                self.show_error(f"{exc}; the race continues without a log")
+                self._close_log()
+        self._show_item(lane, item)
+
+    def _show_item(self, lane: str, item) -> None:
+        widget = self.lanes.get(lane)
+        if widget is None:
+            return
+        if isinstance(item, RunSummary):
+            widget.stats.summary = item
+        else:
+            widget.add_event(item)
+            self.charts.add_event(lane, item)
+
+    @staticmethod
+    def _rejected_tokens(ev: StepEvent) -> list[int]:
+        """Draft tokens after the accepted path, along first children: the guess the target corrected."""
+        node = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
+        out = []
+        while True:
+            child = next((i for i, p in enumerate(ev.draft_parents) if p == node), None)
+            if child is None:
+                return out
+            out.append(ev.draft_tokens[child])
+            node = child
+
+    def _on_done(self, name: str, result) -> None:
+        if name == "load":
+            self.models = result
+            t, d = result["target"], result["draft"]
+            info = f"target: {Path(t.name).name} · {t.parameters / 1e6:.1f}M · {t.device} · {t.describe()['dtype']}"
+            if d:
+                info += f"\ndraft: {Path(d.name).name} · {d.parameters / 1e6:.1f}M"
+            self.model_panel.info.setText(info)
+            self.statusBar().showMessage("models loaded")
+        else:
+            self._render_frame()
+            self._close_log()
+            self.statusBar().showMessage(f"race {result}; log: {self.log_path}")
+        self._finish_job()
+
+    def _on_failed(self, name: str, message: str) -> None:
+        self._close_log()
+        self._finish_job()
+        if name == "load":
+            self.model_panel.info.setText("no model loaded" if not self.models else self.model_panel.info.text())
+        self.show_error(message)
+
+    # ---- lanes, frames ------------------------------------------------------------------------------------------
+    def _reset_lanes(self, names: list[str]) -> None:
+        for w in self.lanes.values():
+            self.lane_layout.removeWidget(w)
+            w.deleteLater()
+        self.lanes.clear()
+        self.charts.clear()
+        tok = self.models["target"].tokenizer if self.models else None
+        self.decoders = {n: PieceDecoder(tok) for n in names} if tok else {}
+        for n in names:
+            lane = LaneWidget(n)
+            lane.show_rejected = self.gen_panel.show_rejected.isChecked()
+            lane.stepClicked.connect(self.inspect)
+            self.lane_layout.addWidget(lane)
+            self.lanes[n] = lane
+            self.charts.add_lane(n)
+
+    def _render_frame(self) -> None:
+        baseline = self.lanes.get(BASELINE)
+        reason = self._difference_reason()
+        for lane in self.lanes.values():
+            if lane.pending or lane.stats.summary is not None:
+                lane.flush()
+                lane.update_header(baseline)
+                lane.update_match(baseline, reason)
+        self.charts.refresh()
+
+    def _difference_reason(self) -> str:
+        s = self.run_settings
+        if s.get("temperature", 0) > 0:
+            return "sampling seed: same distribution, different random draws"
+        if s.get("dtype", "float32") != "float32":
+            return f"numerics: {s.get('dtype')} rounding can flip near-ties (use float32 to compare exactly)"
+        return "a float32 greedy mismatch, which should never happen: please report it"
+
+    def _toggle_rejected(self, on: bool) -> None:
+        for lane in self.lanes.values():
+            lane.set_show_rejected(on)
+
+    def inspect(self, lane: str, step: int) -> None:
+        widget = self.lanes.get(lane)
+        ev = widget.event_for_step(step) if widget else None
+        if ev is None:
+            return
+        tok = self.models["target"].tokenizer if self.models else None
+        self.inspector.show_step(lane, ev, (lambda t: tok.decode([t])) if tok else str)
+        self.tabs.setCurrentWidget(self.inspector)
+
+    # ---- session log, export, replay --------------------------------------------------------------------------
+    def _open_log(self, target, draft) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.log_path = self.autosave_dir / f"session-{stamp}-{os.getpid()}.jsonl"
+        try:
+            self.log = SessionLogWriter(self.log_path)
+            models = {"target": target.describe(), **({"draft": draft.describe()} if draft else {})}
+            self.log.header(models, str(target.device), self.run_settings)
+        except GlanceError as exc:
+            self.log = None
+            self.show_error(f"{exc}; racing without an autosaved log")
+
+    def _close_log(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            self.log = None
+
+    def _ask_export(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export session to folder")
+        if folder:
+            self.export_to(Path(folder))
+
+    def export_to(self, folder: Path) -> list[Path]:
+        if self.log_path is None or not self.log_path.exists():
+            self.show_error("nothing to export yet: run a race first")
+            return []
+        try:
+            written = export_session(self.log_path, folder, self.charts)
+        except GlanceError as exc:
+            self.show_error(str(exc))
+            return []
+        self.statusBar().showMessage(f"exported {len(written)} files to {folder}")
+        return written
+
+    def _ask_open(self, recorded_speed: bool) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open session log", str(self.autosave_dir), "Logs (*.jsonl)")
+        if path:
+            self.open_log(Path(path), recorded_speed)
+
+    def open_log(self, path: Path, recorded_speed: bool = False) -> None:
+        """Replay a saved log into fresh lanes and charts, instantly or on the recorded clocks."""
+        if self.job:
+            self.show_error(f"a {self.job} is running: press Stop before opening a log")
+            return
+        try:
+            log = read_session_log(path)
+        except (GlanceError, ValueError, TypeError) as exc:
+            self.show_error(f"cannot open {path}: {exc}")
+            return
+        self.clear_error()
+        names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
+        self.run_settings = log.header.get("settings", {})
+        self._reset_lanes(names)
+        items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]
+        items += [(s.wall_seconds, s.variant, s) for s in log.summaries]
+        if not recorded_speed:
+            for _, lane, item in items:
+                self._show_item(lane, item)
+            self._render_frame()
+            self.statusBar().showMessage(
+                f"opened {path.name}: {len(log.steps)} steps"
+                + (" (the file ends in a cut line)" if log.truncated else "")
+            )
+            return
+        self.replay_queue = sorted(items, key=lambda x: x[0])
+        self.replay_started = time.perf_counter()
+        self.replay_timer.start()
+
+    def _replay_tick(self) -> None:
+        elapsed = time.perf_counter() - self.replay_started
+        while self.replay_queue and self.replay_queue[0][0] <= elapsed:
+            _, lane, item = self.replay_queue.pop(0)
+            self._show_item(lane, item)
+        if not self.replay_queue:
+            self.replay_timer.stop()
+
+    # ---- shutdown ---------------------------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+        save_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
+        self.frame.stop()
+        self.replay_timer.stop()
+        self.thread.stop()
+        self._close_log()
+        super().closeEvent(event)
+
+
+def launch() -> int:
+    """Open the window on Qt's event loop with asyncio running on it (qasync)."""
+    import qasync
+
+    app = QApplication.instance() or QApplication(sys.argv)
+    app.setApplicationName("Glance")
+    app.setOrganizationName("Glance")
+    app.setWindowIcon(app_icon())
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    window = MainWindow()
+    window.show()
+    closed = asyncio.Event()
+    app.aboutToQuit.connect(closed.set)
+    with loop:
+        loop.run_until_complete(closed.wait())
+    return 0

@@ -1,0 +1,64 @@
+"""The one worker thread that runs the engine; it talks to widgets only through queued signals.
+
+Jobs are plain callables run on the worker thread under torch.inference_mode. A job reports through `emit`
+(a lane's events), its return value (`done`) or an exception (`failed`, as a message for the window).
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from engine.errors import GlanceError
+
+
+class EngineWorker(QObject):
+    submitted = Signal(str, object)  # job name, callable(worker) -> result
+    event = Signal(str, object)  # lane name, StepEvent | RunSummary
+    done = Signal(str, object)  # job name, result
+    failed = Signal(str, str)  # job name, message
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancel = threading.Event()
+        self.busy = False
+        self.submitted.connect(self._run)
+
+    @Slot(str, object)
+    def _run(self, name: str, job: Callable[[EngineWorker], Any]) -> None:
+        try:
+            with torch.inference_mode():
+                result = job(self)
+        except GlanceError as exc:
+            self.failed.emit(name, str(exc))
+        except Exception as exc:  # an engine bug must reach the user, not kill the thread silently
+            traceback.print_exc()
+            self.failed.emit(name, f"{type(exc).__name__}: {exc}")
+        else:
+            self.done.emit(name, result)
+
+
+class WorkerThread:
+    """Owns the QThread and the worker living on it."""
+
+    def __init__(self) -> None:
+        self.thread = QThread()
+        self.thread.setObjectName("glance-engine")
+        self.worker = EngineWorker()
+        self.worker.moveToThread(self.thread)
+        self.thread.start()
+
+    def submit(self, name: str, job: Callable[[EngineWorker], Any]) -> None:
+        self.worker.cancel.clear()
+        self.worker.submitted.emit(name, job)
+
+    def stop(self, timeout_ms: int = 30000) -> bool:
+        """Cancel the running job, end the thread and wait for it; True when it ended."""
+        self.worker.cancel.set()
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)

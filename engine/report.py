@@ -1,0 +1,97 @@
+"""Tables from a session log: per-step CSV, per-run CSV and a short Markdown report (used by the app's export)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from engine.session_log import SessionLog
+
+STEP_COLUMNS = [
+    "run_id",
+    "variant",
+    "step",
+    "draft_size",
+    "accepted",
+    "emitted",
+    "new_tokens",
+    "draft_seconds",
+    "verify_seconds",
+    "clock",
+]
+RUN_COLUMNS = [
+    "run_id",
+    "variant",
+    "new_tokens",
+    "steps",
+    "target_forwards",
+    "mean_accepted_length",
+    "acceptance_rate",
+    "tokens_per_second",
+    "wall_seconds",
+    "draft_seconds",
+    "verify_seconds",
+    "stop_reason",
+    "approximate",
+]
+
+
+def write_steps_csv(log: SessionLog, path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(STEP_COLUMNS)
+        for e in log.steps:
+            w.writerow(
+                [
+                    e.run_id,
+                    e.variant,
+                    e.step,
+                    len(e.draft_tokens),
+                    len(e.accepted_nodes),
+                    len(e.tokens),
+                    e.new_tokens,
+                    f"{e.draft_seconds:.6f}",
+                    f"{e.verify_seconds:.6f}",
+                    f"{e.clock:.6f}",
+                ]
+            )
+
+
+def write_runs_csv(log: SessionLog, path: Path) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(RUN_COLUMNS)
+        for s in log.summaries:
+            w.writerow([getattr(s, c) for c in RUN_COLUMNS])
+
+
+def markdown_report(log: SessionLog, baseline: str = "ar") -> str:
+    """A short report: settings, models and one row per run with speedup over the baseline run."""
+    h = log.header
+    base = next((s for s in log.summaries if s.variant == baseline), None)
+    lines = [
+        "# Glance session",
+        "",
+        f"- device: {h.get('device')}",
+        f"- environment: {', '.join(f'{k} {v}' for k, v in h.get('environment', {}).items())}",
+    ]
+    for role, m in h.get("models", {}).items():
+        lines.append(f"- {role}: {m.get('name')} ({m.get('parameters', 0) / 1e6:.1f}M parameters, {m.get('dtype')})")
+    settings = h.get("settings", {})
+    if settings:
+        lines.append("- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "prompt"))
+    lines += [
+        "",
+        "| variant | new tokens | tau | acceptance | tokens/s | speedup | same as baseline | stop |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in log.summaries:
+        speed = f"{s.tokens_per_second / base.tokens_per_second:.2f}x" if base and base.tokens_per_second else "-"
+        same = "-" if base is None else ("yes" if s.token_ids == base.token_ids else "no")
+        acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+        label = s.variant + (" (approximate)" if s.approximate else "")
+        lines.append(
+            f"| {label} | {s.new_tokens} | {s.mean_accepted_length:.2f} | {acc} | "
+            f"{s.tokens_per_second:.1f} | {speed} | {same} | {s.stop_reason} |"
+        )
+    return "\n".join(lines) + "\n"
