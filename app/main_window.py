@@ -527,6 +527,10 @@ def launch() -> int:
     asyncio.set_event_loop(loop)
     window = MainWindow()
     window.show()
+    exit_after = os.environ.get("GLANCE_EXIT_AFTER_MS")  # smoke tests: open, load, then quit by themselves
+    if exit_after:
+        QTimer.singleShot(int(exit_after), window.close)
+        QTimer.singleShot(int(exit_after), app.quit)
     closed = asyncio.Event()
     app.aboutToQuit.connect(closed.set)
     with loop:

@@ -88,8 +88,11 @@ def model_folders(tmp_path_factory):
         cfg = tiny_config("llama", len(tk))
         cfg.eos_token_id = tk.eos_token_id
         cfg.bos_token_id = tk.bos_token_id
+        cfg.tie_word_embeddings = False
         torch.manual_seed(seed)
         model = LlamaForCausalLM(cfg)
+        with torch.no_grad():  # greedy never picks a zero logit over ~300 random ones: runs last until max tokens
+            model.lm_head.weight[tk.eos_token_id] = 0.0
         folders[name] = root / name
         model.save_pretrained(folders[name])
         tk.save_pretrained(folders[name])

@@ -1,0 +1,199 @@
+"""The desktop playground, driven offscreen with pytest-qt."""
+
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QTextCursor
+
+from app.export import EXPORT_FILES
+from app.main_window import MainWindow
+from engine.models import BUNDLED_TARGET
+
+pytestmark = pytest.mark.gui
+
+
+def make_window(qtbot, tmp_path, target="", draft="", max_new=24, dtype="float32"):
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("target", target)
+    settings.setValue("draft", draft)
+    settings.setValue("max_new", max_new)
+    settings.setValue("dtype", dtype)
+    win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave")
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    return win
+
+
+@pytest.fixture
+def closing():
+    """Close every window a test made and fail if its worker thread or a timer is still running."""
+    windows = []
+    yield windows.append
+    for win in windows:
+        win.close()
+        assert not win.thread.thread.isRunning(), "the worker thread outlived its window"
+        assert not win.frame.isActive() and not win.replay_timer.isActive(), "a timer outlived its window"
+
+
+@pytest.fixture
+def tiny_window(qtbot, tmp_path, model_folders, closing):
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]))
+    closing(win)
+    assert win.models is not None, win.banner.text()
+    return win
+
+
+def run_race(qtbot, win, methods=None, timeout=120_000):
+    win.race(methods)
+    qtbot.waitUntil(lambda: win.job is None, timeout=timeout)
+    win._render_frame()
+
+
+def draft_formatted_chars(lane) -> int:
+    """Characters in the lane's text whose format marks them as accepted draft tokens."""
+    doc = lane.view.document()
+    count, block = 0, doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            frag = it.fragment()
+            if frag.charFormat().property(0x100000) == "draft":
+                count += frag.length()
+            it += 1
+        block = block.next()
+    return count
+
+
+@pytest.mark.slow
+def test_race_on_bundled_models(qtbot, tmp_path, closing):
+    assert (BUNDLED_TARGET / "config.json").exists()
+    win = make_window(qtbot, tmp_path)  # empty fields: the bundled target and draft
+    closing(win)
+    assert win.models is not None and win.models["draft"] is not None, win.banner.text()
+    run_race(qtbot, win)
+    assert set(win.lanes) == {"ar", "vanilla"}
+    for name, lane in win.lanes.items():
+        summary = lane.stats.summary
+        assert summary is not None and lane.text().strip()
+        series = win.charts.series[name]
+        x, _ = series.items["accepted"].getData()
+        assert len(x) == summary.steps  # one point per verification step
+        assert f"τ {summary.mean_accepted_length:.2f}" in lane.header.text()
+        assert f"{summary.tokens_per_second:6.1f} tok/s" in lane.header.text()
+    assert draft_formatted_chars(win.lanes["vanilla"]) > 0
+    assert draft_formatted_chars(win.lanes["ar"]) == 0
+    assert "matches the baseline" in win.lanes["vanilla"].match.text()
+
+
+def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win)
+    vanilla = win.lanes["vanilla"]
+    assert vanilla.stats.tokens == win.lanes["ar"].stats.tokens
+    assert draft_formatted_chars(vanilla) > 0  # the draft is a copy of the target: most tokens are drafted
+    # click-to-inspect: the step of the first character
+    step = vanilla.view.step_at(0)
+    win.inspect("vanilla", step)
+    assert win.inspector.shown == ("vanilla", step)
+    assert win.inspector.tree.topLevelItemCount() == 1
+    # show rejected re-renders without losing text
+    text = vanilla.text()
+    win.gen_panel.show_rejected.setChecked(True)
+    assert vanilla.text().startswith(text[:5])
+
+
+def test_stop_mid_race_keeps_partial_results(qtbot, tmp_path, model_folders, closing):
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=2000)
+    closing(win)
+    win.race()
+    qtbot.waitUntil(lambda: all(len(lane.events) > 3 for lane in win.lanes.values()), timeout=60_000)
+    win.stop()
+    qtbot.waitUntil(lambda: win.job is None, timeout=10_000)
+    win._render_frame()
+    for lane in win.lanes.values():
+        assert lane.stats.summary.stop_reason == "cancelled"
+        assert 0 < lane.stats.summary.new_tokens < 2000
+        assert lane.text()
+    log = win.log_path.read_text().splitlines()
+    assert sum('"type":"summary"' in line for line in log) == 2  # partial runs are in the log too
+
+
+def test_close_mid_race_leaves_no_thread(qtbot, tmp_path, model_folders):
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=2000)
+    win.race()
+    qtbot.waitUntil(lambda: any(lane.events for lane in win.lanes.values()), timeout=60_000)
+    win.close()
+    assert not win.thread.thread.isRunning()
+
+
+def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
+    win = tiny_window
+    run_race(qtbot, win)
+    out = tmp_path / "export"
+    written = win.export_to(out)
+    for name in EXPORT_FILES + [f"chart_{k}.png" for k in ("accepted", "throughput", "histogram", "depth")]:
+        assert (out / name).exists() and (out / name).stat().st_size > 0, name
+    assert len(written) == 8
+    texts = {n: lane.text() for n, lane in win.lanes.items()}
+    other = make_window(qtbot, tmp_path / "replay", str(win.model_panel.target.text()))
+    closing(other)
+    other.open_log(out / "session.jsonl")
+    assert {n: lane.text() for n, lane in other.lanes.items()} == texts
+    # replay at recorded speed ends with the same text
+    other.open_log(out / "session.jsonl", recorded_speed=True)
+    qtbot.waitUntil(lambda: not other.replay_timer.isActive(), timeout=30_000)
+    other._render_frame()
+    assert {n: lane.text() for n, lane in other.lanes.items()} == texts
+
+
+def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
+    win = tiny_window
+    empty = tmp_path / "not_a_model"
+    empty.mkdir()
+    win.model_panel.target.setText(str(empty))
+    win.load_models()
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    assert win.banner.isVisible() and "no config.json" in win.banner.text()
+    assert win.models is not None  # the previous models are kept
+    win.prompt_panel.text.setPlainText("   ")
+    win.race()
+    assert "prompt is empty" in win.banner.text()
+    win.prompt_panel.text.setPlainText("def add(a, b):")
+    win.gen_panel.max_new.setValue(500)
+    win.race()
+    win.race()  # pressed while a race runs
+    assert "already running" in win.banner.text()
+    win.stop()
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert win.export_to(blocker / "sub") == []
+    assert "cannot export" in win.banner.text()
+    win.model_panel.target.setText(str(model_folders["target"]))
+    win.gen_panel.max_new.setValue(8)
+    run_race(qtbot, win)
+    assert all(lane.stats.summary.stop_reason == "max_new_tokens" for lane in win.lanes.values())
+    assert Path(win.log_path).exists()
+    assert isinstance(QTextCursor(win.lanes["ar"].view.document()).position(), int)
+
+
+@pytest.mark.slow
+def test_main_py_opens_the_window(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(
+        os.environ,
+        QT_QPA_PLATFORM="offscreen",
+        GLANCE_EXIT_AFTER_MS="4000",
+        GLANCE_AUTOSAVE_DIR=str(tmp_path),
+        XDG_CONFIG_HOME=str(tmp_path),
+        HOME=str(tmp_path),
+    )
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "main.py"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
