@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import RESOURCES
+from engine.drafters.medusa import DEFAULT_TREE, TREES
 from engine.variants import METHODS
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
@@ -57,6 +58,8 @@ class ModelPanel(QGroupBox):
         self.target.setPlaceholderText("bundled demo target (or a folder / hub id)")
         self.draft = QLineEdit()
         self.draft.setPlaceholderText("bundled demo draft (or a folder / hub id; empty: none)")
+        self.medusa = QLineEdit()
+        self.medusa.setPlaceholderText("bundled Medusa heads (or a heads folder; empty: none)")
         self.device = QComboBox()
         self.device.addItems(["auto", "cpu", "cuda", "mps"])
         self.dtype = QComboBox()
@@ -71,6 +74,7 @@ class ModelPanel(QGroupBox):
         form = QFormLayout(self)
         form.addRow("target", _path_row(self.target, self))
         form.addRow("draft", _path_row(self.draft, self))
+        form.addRow("medusa", _path_row(self.medusa, self))
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow(self.allow_download)
@@ -124,6 +128,12 @@ class SettingsPanel(QGroupBox):
         self.gamma.setRange(1, 16)
         self.gamma.setValue(4)
         self.adaptive = QCheckBox("adaptive gamma")
+        self.medusa_tree = QComboBox()
+        self.medusa_tree.addItems(list(TREES))
+        self.medusa_tree.setCurrentText(DEFAULT_TREE)
+        self.acceptance = QComboBox()
+        self.acceptance.addItems(["exact", "typical"])
+        self.acceptance.setToolTip("typical acceptance is Medusa's approximate rule: faster, not exact")
         self.sequential = QCheckBox("sequential (benchmark) mode")
         self.show_rejected = QCheckBox("show rejected draft tokens")
         self.run_one = QComboBox()
@@ -141,6 +151,8 @@ class SettingsPanel(QGroupBox):
         form.addRow("race", row)
         form.addRow("vanilla gamma", self.gamma)
         form.addRow(self.adaptive)
+        form.addRow("medusa tree", self.medusa_tree)
+        form.addRow("medusa acceptance", self.acceptance)
         form.addRow(self.sequential)
         form.addRow(self.show_rejected)
         form.addRow("run one", self.run_one)
@@ -158,6 +170,9 @@ def load_presets() -> list[dict]:
 def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> None:
     settings.setValue("target", models.target.text())
     settings.setValue("draft", models.draft.text())
+    settings.setValue("medusa", models.medusa.text())
+    settings.setValue("medusa_tree", gen.medusa_tree.currentText())
+    settings.setValue("acceptance", gen.acceptance.currentText())
     settings.setValue("device", models.device.currentText())
     settings.setValue("dtype", models.dtype.currentText())
     settings.setValue("prompt", prompt.text.toPlainText())
@@ -184,6 +199,9 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
 
     models.target.setText(get("target", ""))
     models.draft.setText(get("draft", ""))
+    models.medusa.setText(get("medusa", ""))
+    gen.medusa_tree.setCurrentText(get("medusa_tree", DEFAULT_TREE))
+    gen.acceptance.setCurrentText(get("acceptance", "exact"))
     models.device.setCurrentText(get("device", "auto"))
     models.dtype.setCurrentText(get("dtype", "auto"))
     prompt.text.setPlainText(get("prompt", DEFAULT_PROMPT))

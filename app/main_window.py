@@ -37,9 +37,10 @@ from app.theme import app_icon, style_sheet
 from app.worker import EngineWorker, WorkerThread
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, check_same_vocabulary, load_model
+from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
 from engine.sampling import SamplingConfig
 from engine.session_log import SessionLogWriter, read_session_log
+from engine.variants import METHODS, NEEDS, DrafterOptions, build_drafter, load_parts
 
 BASELINE = "ar"
 FRAME_MS = 33  # repaint lanes and charts at about 30 frames per second
@@ -206,19 +207,24 @@ class MainWindow(QMainWindow):
             self.show_error(f"busy ({self.job}): press Stop or wait before loading models")
             return
         mp = self.model_panel
+        custom_target = bool(mp.target.text().strip())
         target = mp.target.text().strip() or str(BUNDLED_TARGET)
-        draft = mp.draft.text().strip() or (str(BUNDLED_DRAFT) if not mp.target.text().strip() else "")
+
+        def part(edit, bundled: Path) -> str:  # bundled parts go with the bundled target only
+            given = edit.text().strip()
+            return given or (str(bundled) if not custom_target and bundled.exists() else "")
+
+        draft, medusa = part(mp.draft, BUNDLED_DRAFT), part(mp.medusa, BUNDLED_MEDUSA)
         opts = dict(
             device=mp.device.currentText(), dtype=mp.dtype.currentText(), allow_download=mp.allow_download.isChecked()
         )
 
         def job(worker: EngineWorker) -> dict:
             t = load_model(target, **opts)
-            d = None
-            if draft:
-                d = load_model(draft, **(opts | {"device": t.device, "dtype": t.dtype}))
-                check_same_vocabulary(t, d)
-            return {"target": t, "draft": d}
+            parts = load_parts(
+                t, METHODS, draft=draft or None, medusa=medusa or None, allow_download=opts["allow_download"]
+            )
+            return {"target": t, **parts}
 
         self.clear_error()
         mp.set_busy(True)
@@ -227,10 +233,9 @@ class MainWindow(QMainWindow):
 
     # ---- racing -----------------------------------------------------------------------------------------------
     def available_methods(self) -> list[str]:
-        from engine.variants import NEEDS_DRAFT_MODEL
-
-        have_draft = bool(self.models and self.models["draft"])
-        return [m for m in self.gen_panel.chosen_methods() if have_draft or m not in NEEDS_DRAFT_MODEL]
+        """Chosen methods whose parts are loaded (vanilla needs a draft, medusa heads)."""
+        have = self.models or {}
+        return [m for m in self.gen_panel.chosen_methods() if m not in NEEDS or have.get(NEEDS[m]) is not None]
 
     def race(self, methods: list[str] | None = None) -> None:
         if self.job:
@@ -245,7 +250,7 @@ class MainWindow(QMainWindow):
             return
         methods = methods or self.available_methods()
         if not methods:
-            self.show_error("no variant selected (vanilla needs a draft model)")
+            self.show_error("no variant selected (vanilla needs a draft model, medusa needs heads)")
             return
         g = self.gen_panel
         try:
@@ -255,10 +260,17 @@ class MainWindow(QMainWindow):
             return
         self.clear_error()
         self._reset_lanes(methods)
-        target, draft = self.models["target"], self.models["draft"]
+        target = self.models["target"]
+        parts = {k: v for k, v in self.models.items() if k != "target"}
         tok = target.tokenizer
         prompt_ids = tok(prompt)["input_ids"]
-        max_new, gamma, adaptive = g.max_new.value(), g.gamma.value(), g.adaptive.isChecked()
+        max_new = g.max_new.value()
+        options = DrafterOptions(
+            gamma=g.gamma.value(),
+            adaptive=g.adaptive.isChecked(),
+            medusa_tree=g.medusa_tree.currentText(),
+            acceptance=g.acceptance.currentText(),
+        )
         interleaved = not g.sequential.isChecked()
         self.run_settings = {
             "prompt": prompt,
@@ -268,25 +280,23 @@ class MainWindow(QMainWindow):
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
             "seed": sampling.seed,
-            "gamma": gamma,
-            "adaptive": adaptive,
+            "drafters": vars(options),
             "interleaved": interleaved,
             "dtype": str(target.dtype).removeprefix("torch."),
         }
-        self._open_log(target, draft)
+        self._open_log(target, parts)
         eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
 
         def job(worker: EngineWorker) -> str:
             from engine.decoder import Decoder
             from engine.race import Lane, race
-            from engine.variants import build_drafter
 
             lanes = [
                 Lane(
                     m,
                     Decoder(
                         target.model,
-                        build_drafter(m, target, draft, gamma=gamma, adaptive=adaptive),
+                        build_drafter(m, target, parts, options),
                         sampling,
                         max_new,
                         eos,
@@ -362,10 +372,12 @@ class MainWindow(QMainWindow):
     def _on_done(self, name: str, result) -> None:
         if name == "load":
             self.models = result
-            t, d = result["target"], result["draft"]
+            t, d = result["target"], result.get("draft")
             info = f"target: {Path(t.name).name} · {t.parameters / 1e6:.1f}M · {t.device} · {t.describe()['dtype']}"
             if d:
                 info += f"\ndraft: {Path(d.name).name} · {d.parameters / 1e6:.1f}M"
+            if result.get("medusa") is not None:
+                info += f"\nmedusa: {result['medusa'].num_heads} heads"
             self.model_panel.info.setText(info)
             self.statusBar().showMessage("models loaded")
         else:
@@ -430,12 +442,16 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.inspector)
 
     # ---- session log, export, replay --------------------------------------------------------------------------
-    def _open_log(self, target, draft) -> None:
+    def _open_log(self, target, parts: dict) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.log_path = self.autosave_dir / f"session-{stamp}-{os.getpid()}.jsonl"
         try:
             self.log = SessionLogWriter(self.log_path)
-            models = {"target": target.describe(), **({"draft": draft.describe()} if draft else {})}
+            models = {"target": target.describe()}
+            if parts.get("draft") is not None:
+                models["draft"] = parts["draft"].describe()
+            if parts.get("medusa") is not None:
+                models["medusa"] = parts["medusa"].config()
             self.log.header(models, str(target.device), self.run_settings)
         except GlanceError as exc:
             self.log = None

@@ -40,6 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--gamma", type=int, default=4, help="vanilla: draft tokens per step")
     g.add_argument("--adaptive", action="store_true", help="vanilla: adapt gamma (+2 all accepted, -1 otherwise)")
+    g.add_argument("--medusa", help="Medusa heads folder (default: the bundled heads)")
+    g.add_argument(
+        "--medusa-tree",
+        default="cpu_16",
+        help="Medusa tree: a name (cpu_16, mc_sim_7b_63, chain_4) or a JSON list of paths",
+    )
+    g.add_argument(
+        "--acceptance",
+        default="exact",
+        choices=["greedy", "exact", "typical"],
+        help="medusa: greedy (needs --temperature 0), exact sampling, or typical acceptance (approximate)",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
 
@@ -52,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     demo.add_argument("--max-files", type=int, default=None, help="use only the first N files (quick trials)")
+    med = tsub.add_parser("medusa", help="train Medusa heads for a frozen target (self-distillation)")
+    med.add_argument("--target", required=True, help="target model folder or hub id")
+    med.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    med.add_argument("--heads", type=int, default=4)
+    med.add_argument("--layers", type=int, default=1)
+    med.add_argument("--steps", type=int, default=500)
+    med.add_argument(
+        "--own-lm-head",
+        action="store_true",
+        help="give every head its own vocabulary projection (published default; larger checkpoint)",
+    )
+    med.add_argument("--out", required=True)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
     card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
     return parser
@@ -68,6 +92,8 @@ def _validate_generate(args) -> None:
         raise GlanceError(f"--top-p must be in (0, 1] (got {args.top_p})")
     if args.gamma < 1:
         raise GlanceError(f"--gamma must be at least 1 (got {args.gamma})")
+    if args.acceptance == "greedy" and args.temperature > 0:
+        raise GlanceError("--acceptance greedy needs --temperature 0; use exact or typical to sample")
 
 
 def _default_model(given: str | None, bundled: Path, flag: str) -> str:
@@ -75,33 +101,34 @@ def _default_model(given: str | None, bundled: Path, flag: str) -> str:
         return given
     if (bundled / "config.json").exists():
         return str(bundled)
-    raise GlanceError(f"no bundled model at {bundled}: pass {flag} with a model folder or hub id")
+    raise GlanceError(f"nothing bundled at {bundled}: pass {flag} with a folder or hub id")
 
 
 def cmd_generate(args) -> int:
     from engine.decoder import Decoder
-    from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, check_same_vocabulary, load_model
+    from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
     from engine.sampling import SamplingConfig
     from engine.session_log import SessionLogWriter
-    from engine.variants import NEEDS_DRAFT_MODEL, build_drafter
+    from engine.variants import DrafterOptions, build_drafter, load_parts
 
     _validate_generate(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
-    opts = dict(
-        device=args.device,
-        dtype=args.dtype,
-        allow_download=args.allow_download,
-        trust_remote_code=args.trust_remote_code,
+    access = dict(allow_download=args.allow_download, trust_remote_code=args.trust_remote_code)
+    target = load_model(
+        _default_model(args.target, BUNDLED_TARGET, "--target"), device=args.device, dtype=args.dtype, **access
     )
-    target = load_model(_default_model(args.target, BUNDLED_TARGET, "--target"), **opts)
-    draft = None
-    if args.method in NEEDS_DRAFT_MODEL:
-        draft = load_model(
-            _default_model(args.draft, BUNDLED_DRAFT, "--draft"),
-            **(opts | {"device": target.device, "dtype": target.dtype}),
-        )
-        check_same_vocabulary(target, draft)
-    drafter = build_drafter(args.method, target, draft, gamma=args.gamma, adaptive=args.adaptive)
+    parts = load_parts(
+        target,
+        [args.method],
+        draft=_default_model(args.draft, BUNDLED_DRAFT, "--draft") if args.method == "vanilla" else None,
+        medusa=_default_model(args.medusa, BUNDLED_MEDUSA, "--medusa") if args.method == "medusa" else None,
+        **access,
+    )
+    draft = parts.get("draft")
+    options = DrafterOptions(
+        gamma=args.gamma, adaptive=args.adaptive, medusa_tree=args.medusa_tree, acceptance=args.acceptance
+    )
+    drafter = build_drafter(args.method, target, parts, options)
     tok = target.tokenizer
     prompt_ids = tok(args.prompt)["input_ids"]
     eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
@@ -173,6 +200,22 @@ def cmd_train(args) -> int:
         if not (Path(args.models) / "training.json").exists():
             raise GlanceError(f"{args.models} holds no training.json: run 'train demo' first")
         print(write_card(Path(args.models)))
+        return 0
+    if args.what == "medusa":
+        from engine.train.medusa import train_medusa
+
+        if args.heads < 1 or args.layers < 0 or args.steps < 1:
+            raise GlanceError("--heads and --steps must be positive, --layers non-negative")
+        report = train_medusa(
+            args.target,
+            Path(args.out),
+            args.heads,
+            args.layers,
+            args.steps,
+            args.data,
+            shared_lm_head=not args.own_lm_head,
+        )
+        print(json.dumps(report, indent=2))
         return 0
     from engine.train.demo import run_demo_recipe
 

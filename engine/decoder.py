@@ -243,7 +243,7 @@ class Decoder:
             draft_seconds=draft_s,
             verify_seconds=verify_s,
             stop_reason=stop,
-            approximate=drafter.approximate,
+            approximate=drafter.approximate and not self.sampling.greedy,
             settings={
                 "temperature": self.sampling.temperature,
                 "top_p": self.sampling.top_p,

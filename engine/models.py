@@ -17,6 +17,7 @@ from engine.errors import GlanceError
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
 BUNDLED_DRAFT = RESOURCES / "models" / "draft"
+BUNDLED_MEDUSA = RESOURCES / "models" / "medusa"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -1,27 +1,74 @@
-"""Which drafter each method name means, built from loaded models and per-method options."""
+"""Which drafter each method name means, built from loaded parts and per-method options."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.drafters.autoregressive import AutoregressiveDrafter
 from engine.drafters.base import Drafter
+from engine.drafters.medusa import DEFAULT_TREE, MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
-from engine.models import LoadedModel
+from engine.models import LoadedModel, check_same_vocabulary, load_model
 
-METHODS = ("ar", "vanilla")
-NEEDS_DRAFT_MODEL = {"vanilla"}
+METHODS = ("ar", "vanilla", "medusa")
+NEEDS = {"vanilla": "draft", "medusa": "medusa"}  # the part each method needs besides the target
+
+
+@dataclass
+class DrafterOptions:
+    gamma: int = 4
+    adaptive: bool = False
+    medusa_tree: str = DEFAULT_TREE
+    acceptance: str = "exact"  # medusa: exact | typical (greedy at temperature 0 either way)
 
 
 def build_drafter(
-    method: str, target: LoadedModel, draft: LoadedModel | None = None, gamma: int = 4, adaptive: bool = False
+    method: str, target: LoadedModel, parts: dict | None = None, options: DrafterOptions | None = None
 ) -> Drafter:
-    """A fresh drafter for `method`; raises GlanceError for unknown methods or missing parts."""
+    """A fresh drafter for `method`. `parts` maps "draft" to a LoadedModel and "medusa" to MedusaHeads."""
+    parts = parts or {}
+    opt = options or DrafterOptions()
+    if method not in METHODS:
+        raise GlanceError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
+    need = NEEDS.get(method)
+    if need and parts.get(need) is None:
+        flag = {"draft": "--draft", "medusa": "--medusa"}[need]
+        raise GlanceError(f"method '{method}' needs {need} weights: pass {flag}")
     if method == "ar":
         return AutoregressiveDrafter()
     if method == "vanilla":
-        if draft is None:
-            raise GlanceError("method 'vanilla' needs a draft model: pass --draft")
-        if gamma < 1:
-            raise GlanceError(f"gamma must be at least 1 (got {gamma})")
-        return VanillaDrafter(draft.model, gamma=gamma, adaptive=adaptive, target_vocab=target.vocab_size)
-    raise GlanceError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
+        if opt.gamma < 1:
+            raise GlanceError(f"gamma must be at least 1 (got {opt.gamma})")
+        return VanillaDrafter(
+            parts["draft"].model, gamma=opt.gamma, adaptive=opt.adaptive, target_vocab=target.vocab_size
+        )
+    return MedusaDrafter(parts["medusa"], tree=opt.medusa_tree, acceptance=opt.acceptance)
+
+
+def load_parts(
+    target: LoadedModel,
+    methods,
+    draft: str | None = None,
+    medusa: str | None = None,
+    allow_download: bool = False,
+    trust_remote_code: bool = False,
+) -> dict:
+    """Load what the methods need besides the target: a draft model (same device, dtype and vocabulary) and/or
+    Medusa heads (shapes checked against the target)."""
+    parts: dict = {}
+    needs = {NEEDS[m] for m in methods if m in NEEDS}
+    if "draft" in needs and draft:
+        parts["draft"] = load_model(
+            draft,
+            device=target.device,
+            dtype=target.dtype,
+            allow_download=allow_download,
+            trust_remote_code=trust_remote_code,
+        )
+        check_same_vocabulary(target, parts["draft"])
+    if "medusa" in needs and medusa:
+        from engine.heads.medusa import load_medusa_heads
+
+        parts["medusa"] = load_medusa_heads(medusa, target.model)
+    return parts

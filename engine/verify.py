@@ -81,13 +81,42 @@ def verify_candidates(draft: Draft, p: torch.Tensor, generator: torch.Generator 
         node = nxt
 
 
+def verify_typical(
+    draft: Draft, p: torch.Tensor, generator: torch.Generator | None, eps: float, alpha: float
+) -> Verdict:
+    """Medusa's typical acceptance (APPROXIMATE: output no longer follows the target's distribution exactly).
+    A node passes when p(token) > min(eps, alpha * exp(-H(p))) at its parent; the longest passing path wins and
+    the bonus is sampled from p after it. p: [1 + n, V]."""
+    entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)  # [1 + n]
+    threshold = torch.clamp(alpha * torch.exp(-entropy), max=eps)
+    passes = [
+        float(p[parent + 1, tok]) > float(threshold[parent + 1]) for tok, parent in zip(draft.tokens, draft.parents)
+    ]
+    best: list[int] = []
+
+    def walk(node: int, path: list[int]) -> None:
+        nonlocal best
+        if len(path) > len(best):
+            best = list(path)
+        for c in draft.children(node):
+            if passes[c]:
+                walk(c, path + [c])
+
+    walk(-1, [])
+    row = best[-1] + 1 if best else 0
+    return Verdict(best, sample(p[row], generator), row)
+
+
 def verify(
     draft: Draft, target_logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
 ) -> Verdict:
-    """Pick the rule: greedy at temperature 0, Leviathan's for sampled chains, the candidate rule otherwise."""
+    """Pick the rule: greedy at temperature 0, Medusa's typical acceptance when the draft asks for it, Leviathan's
+    for sampled chains, the deterministic-candidate rule otherwise."""
     if cfg.greedy:
         return verify_greedy(draft, target_logits)
     p = logits_to_probs(target_logits, cfg)  # [1 + n, V]
+    if draft.meta.get("rule") == "typical":
+        return verify_typical(draft, p, generator, *draft.meta["typical"])
     if draft.sampled:
         if not draft.is_chain():
             raise ValueError("sampled drafts must be chains; trees use deterministic candidates")

@@ -1,0 +1,130 @@
+"""Medusa drafting: the heads' top-k candidates along a tree of paths, verified in the one target forward.
+
+A tree is a list of paths; path (i, j) is the node whose depth-1 token is head 0's i-th candidate and depth-2
+token head 1's j-th candidate. The verifying forward also returns the hidden states the next proposal needs, so a
+Medusa step costs exactly one target forward plus the small heads.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from engine.drafters.base import DecodeState, Drafter
+from engine.errors import GlanceError
+from engine.heads.medusa import MedusaHeads
+from engine.tree import Draft
+
+# FasterDecoding/Medusa `medusa_choices.py`: the 63-node tree tuned for Vicuna-7B on an A100.
+MC_SIM_7B_63 = [
+    (0,), (0, 0), (1,), (0, 1), (2,), (0, 0, 0), (1, 0), (0, 2), (3,), (0, 3), (4,), (0, 4), (2, 0), (0, 5),
+    (0, 0, 1), (5,), (0, 6), (6,), (0, 7), (0, 1, 0), (1, 1), (7,), (0, 8), (0, 0, 2), (3, 0), (0, 9), (8,), (9,),
+    (1, 0, 0), (0, 2, 0), (1, 2), (0, 0, 3), (4, 0), (2, 1), (0, 0, 4), (0, 0, 5), (0, 0, 0, 0), (0, 1, 1),
+    (0, 0, 6), (0, 3, 0), (5, 0), (1, 3), (0, 0, 7), (0, 0, 8), (0, 0, 9), (6, 0), (0, 4, 0), (1, 4), (7, 0),
+    (0, 1, 2), (2, 0, 0), (3, 1), (2, 2), (8, 0), (0, 5, 0), (1, 5), (1, 0, 1), (0, 2, 1), (9, 0), (0, 6, 0),
+    (0, 0, 0, 1), (1, 6), (0, 7, 0),
+]  # fmt: skip
+
+# A small tree for CPUs, where verifying n tokens costs more than on a GPU: a greedy spine of depth 4, with
+# second and third choices where the heads are least sure (the first levels).
+CPU_16 = [
+    (0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 2), (0, 0, 0), (0, 0, 1), (0, 1, 0), (1, 0, 0),
+    (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (1, 1),
+]  # fmt: skip
+
+CHAIN_4 = [(0,), (0, 0), (0, 0, 0), (0, 0, 0, 0)]
+
+TREES = {"mc_sim_7b_63": MC_SIM_7B_63, "cpu_16": CPU_16, "chain_4": CHAIN_4}
+DEFAULT_TREE = "cpu_16"
+
+# Medusa's typical acceptance defaults: posterior threshold epsilon and alpha (delta = sqrt(epsilon) in the paper
+# is expressed here as alpha, the reference implementation's name).
+TYPICAL_EPS = 0.09
+TYPICAL_ALPHA = 0.3
+
+
+def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
+    """A tree by name (see TREES) or as a JSON list of paths; every path's parent must be in the tree."""
+    if isinstance(spec, str):
+        if spec in TREES:
+            paths = TREES[spec]
+        else:
+            try:
+                paths = json.loads(spec)
+            except json.JSONDecodeError:
+                raise GlanceError(
+                    f"unknown Medusa tree '{spec}': use one of {', '.join(TREES)} or a JSON list of "
+                    "paths such as [[0], [0, 0], [1]]"
+                ) from None
+    else:
+        paths = spec
+    paths = [tuple(int(i) for i in p) for p in paths]
+    if not paths or any(len(p) == 0 or min(p) < 0 for p in paths):
+        raise GlanceError("a Medusa tree is a non-empty list of non-empty paths of non-negative indices")
+    known = set(paths)
+    for p in paths:
+        if len(p) > 1 and p[:-1] not in known:
+            raise GlanceError(f"Medusa tree path {list(p)} has no parent {list(p[:-1])} in the tree")
+    return sorted(set(paths), key=lambda p: (len(p), p))
+
+
+class MedusaDrafter(Drafter):
+    name = "medusa"
+    needs_hidden_states = True
+
+    def __init__(
+        self,
+        heads: MedusaHeads,
+        tree: str | list = DEFAULT_TREE,
+        acceptance: str = "exact",
+        typical_eps: float = TYPICAL_EPS,
+        typical_alpha: float = TYPICAL_ALPHA,
+    ) -> None:
+        if acceptance not in ("greedy", "exact", "typical"):
+            raise GlanceError(f"unknown acceptance '{acceptance}': use greedy, exact or typical")
+        self.heads = heads
+        self.tree_name = tree if isinstance(tree, str) else "custom"
+        self.paths = parse_tree(tree)
+        depth = max(len(p) for p in self.paths)
+        if depth > heads.num_heads:
+            raise GlanceError(f"the Medusa tree is {depth} deep but the checkpoint has {heads.num_heads} heads")
+        self.topk = max(max(p) for p in self.paths) + 1
+        index = {p: i for i, p in enumerate(self.paths)}
+        self.parents = [index[p[:-1]] if len(p) > 1 else -1 for p in self.paths]
+        self.acceptance = acceptance
+        self.approximate = acceptance == "typical"
+        self.typical = (typical_eps, typical_alpha)
+        self.hidden: torch.Tensor | None = None  # [H]: last hidden state of the last accepted position
+
+    def reset(self) -> None:
+        self.hidden = None
+
+    def begin(self, state: DecodeState) -> None:
+        self.hidden = state.target_out.hidden_states[-1][0, -1]
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
+        if self.hidden is None or max_tokens < 1:
+            return Draft()
+        logits = self.heads(self.hidden)  # [K, V]
+        k = min(self.topk, logits.shape[-1])
+        top = logits.float().topk(k, dim=-1).indices.tolist()  # [K, k]
+        keep = [i for i, p in enumerate(self.paths) if len(p) <= max_tokens and p[-1] < k]
+        remap = {old: new for new, old in enumerate(keep)}
+        tokens = [top[len(self.paths[i]) - 1][self.paths[i][-1]] for i in keep]
+        parents = [remap.get(self.parents[i], -1) for i in keep]
+        meta = {"rule": "typical", "typical": self.typical} if self.acceptance == "typical" else {}
+        return Draft(tokens, parents, meta=meta)
+
+    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        rows = state.extra["rows"]  # rows of the verify forward that predicted each emitted token
+        self.hidden = state.target_out.hidden_states[-1][0, rows[-1]]
+
+    def settings(self) -> dict:
+        return {
+            "tree": self.tree_name,
+            "tree_nodes": len(self.paths),
+            "heads": self.heads.num_heads,
+            "acceptance": self.acceptance,
+        }

@@ -1,0 +1,147 @@
+"""Medusa heads (Cai et al. 2024): K heads on the target's last hidden state; head k predicts the token k + 2
+positions ahead of that state (the target's own LM head predicts k + 1).
+
+Each head is `num_layers` residual blocks x + SiLU(W x + b) (W zero-initialised, every block its own weights)
+followed by a vocabulary projection initialised from the target's LM head. The module is a ModuleList of
+Sequentials, so its state-dict keys are the published FasterDecoding layout: `{h}.{l}.linear.weight|bias` and
+`{h}.{L}.weight`.
+
+Checkpoint folder: `config.json` (`medusa_num_heads`, `medusa_num_layers`, `base_model_name_or_path`, plus
+`hidden_size` and `vocab_size`) and `medusa_lm_head.safetensors` or `medusa_lm_head.pt` (loaded with
+weights_only=True). Glance also reads and writes a compact variant, `"shared_lm_head": true`, whose heads reuse
+the target's frozen LM head instead of storing one projection per head (how the bundled heads stay small).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from engine.errors import GlanceError
+
+WEIGHTS_SAFE = "medusa_lm_head.safetensors"
+WEIGHTS_PT = "medusa_lm_head.pt"
+
+
+class ResBlock(nn.Module):
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+        nn.init.zeros_(self.linear.weight)  # starts as the identity: the head begins as the target's LM head
+        self.act = nn.SiLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.act(self.linear(x))
+
+
+class MedusaHeads(nn.ModuleList):
+    """forward(hidden [..., H]) -> logits [K, ..., V]."""
+
+    def __init__(
+        self, hidden: int, vocab: int, num_heads: int, num_layers: int = 1, shared_lm_head=None, base_model: str = ""
+    ) -> None:
+        self.hidden, self.vocab = hidden, vocab
+        self.num_heads, self.num_layers = num_heads, num_layers
+        self.base_model = base_model
+        shared = shared_lm_head is not None
+        heads = []
+        for _ in range(num_heads):
+            blocks: list[nn.Module] = [ResBlock(hidden) for _ in range(num_layers)]
+            if not shared:
+                blocks.append(nn.Linear(hidden, vocab, bias=False))
+            heads.append(nn.Sequential(*blocks))
+        super().__init__(heads)
+        # kept out of the state dict: it is the target's, frozen
+        self.__dict__["shared_lm_head"] = shared_lm_head
+
+    @classmethod
+    def for_target(
+        cls, target: nn.Module, num_heads: int, num_layers: int = 1, shared_lm_head: bool = False, base_model: str = ""
+    ) -> MedusaHeads:
+        lm_head = target.get_output_embeddings()
+        vocab, hidden = lm_head.weight.shape
+        heads = cls(hidden, vocab, num_heads, num_layers, lm_head if shared_lm_head else None, base_model)
+        if not shared_lm_head:
+            with torch.no_grad():
+                for head in heads:
+                    head[-1].weight.copy_(lm_head.weight)
+        p = next(target.parameters())
+        return heads.to(device=p.device, dtype=p.dtype)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self.shared_lm_head is None:
+            return torch.stack([head(hidden) for head in self])
+        return torch.stack([self.shared_lm_head(head(hidden)) for head in self])
+
+    def config(self) -> dict:
+        return {
+            "medusa_num_heads": self.num_heads,
+            "medusa_num_layers": self.num_layers,
+            "base_model_name_or_path": self.base_model,
+            "hidden_size": self.hidden,
+            "vocab_size": self.vocab,
+            "shared_lm_head": self.shared_lm_head is not None,
+        }
+
+    def save(self, folder: str | Path) -> None:
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(self.config(), indent=2))
+        state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / WEIGHTS_SAFE))
+
+
+def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
+    """Load heads from a published-format folder, checking every shape against the target."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise GlanceError(f"Medusa heads folder not found: {folder}")
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not a Medusa heads folder") from None
+    if "medusa_num_heads" not in cfg:
+        raise GlanceError(f"{folder}/config.json has no medusa_num_heads: not a Medusa heads folder")
+    if (folder / WEIGHTS_SAFE).exists():
+        from safetensors.torch import load_file
+
+        state = load_file(str(folder / WEIGHTS_SAFE))
+    elif (folder / WEIGHTS_PT).exists():
+        state = torch.load(folder / WEIGHTS_PT, map_location="cpu", weights_only=True)
+    else:
+        raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_PT}")
+    lm_head = target.get_output_embeddings()
+    vocab, hidden = lm_head.weight.shape
+    k, layers = int(cfg["medusa_num_heads"]), int(cfg.get("medusa_num_layers", 1))
+    shared = bool(cfg.get("shared_lm_head", False))
+    block = state.get("0.0.linear.weight")
+    if block is None:
+        raise GlanceError(f"{folder}: no key 0.0.linear.weight: not the Medusa key layout")
+    if block.shape[1] != hidden:
+        raise GlanceError(
+            f"Medusa heads expect hidden size {block.shape[1]}, the target has {hidden}: "
+            "these heads were trained for another model"
+        )
+    if not shared:
+        proj = state.get(f"0.{layers}.weight")
+        if proj is None:
+            raise GlanceError(f"{folder}: no key 0.{layers}.weight for the heads' vocabulary projection")
+        if proj.shape[0] != vocab:
+            raise GlanceError(
+                f"Medusa heads predict {proj.shape[0]} tokens, the target's vocabulary has {vocab}: "
+                "these heads were trained for another model"
+            )
+    heads = MedusaHeads(hidden, vocab, k, layers, lm_head if shared else None, cfg.get("base_model_name_or_path", ""))
+    missing, unexpected = heads.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise GlanceError(
+            f"{folder}: the checkpoint does not fit {k} heads x {layers} layers "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
+    p = next(target.parameters())
+    return heads.to(device=p.device, dtype=p.dtype).eval()

@@ -1,0 +1,165 @@
+"""Medusa: lossless greedy and exact sampling with random heads, the published checkpoint layout, training."""
+
+import json
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.decoder import Decoder
+from engine.drafters.medusa import MedusaDrafter, parse_tree
+from engine.errors import GlanceError
+from engine.heads.medusa import MedusaHeads, load_medusa_heads
+from engine.sampling import SamplingConfig
+from engine.train.medusa import medusa_loss, target_features
+from tests.conftest import ARCHS, tiny_model
+from tests.test_lossless import NEW, PROMPTS, reference
+
+
+def random_heads(target, k=4, layers=1, shared=False, seed=0, scale=0.5):
+    torch.manual_seed(seed)
+    heads = MedusaHeads.for_target(target, k, layers, shared_lm_head=shared)
+    with torch.no_grad():
+        for name, p in heads.named_parameters():
+            if "linear" in name:
+                p.add_(torch.randn_like(p) * scale / p.shape[-1] ** 0.5)
+    return heads.eval()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tree", ["cpu_16", "chain_4", "mc_sim_7b_63"])
+def test_medusa_greedy_is_lossless(arch, tree):
+    target = tiny_model(arch, sharpen=4.0)
+    heads = random_heads(target, shared=(arch == "gpt2"))
+    for prompt in PROMPTS:
+        res = Decoder(target, MedusaDrafter(heads, tree), max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == reference(target, prompt)
+        assert res.summary.target_forwards == res.summary.steps + 1  # one target forward per step
+
+
+def test_heads_that_copy_the_lm_head_get_tokens_accepted():
+    """Zero-initialised blocks make every head predict the target's next token: on a repetitive continuation
+    the tree then gets accepted tokens, exercising compaction of a branching tree."""
+    target = tiny_model("llama", sharpen=4.0)
+    heads = MedusaHeads.for_target(target, 4, 1).eval()
+    res = Decoder(target, MedusaDrafter(heads, "cpu_16"), max_new_tokens=40).generate([5, 5, 5, 5])
+    ref = target.generate(
+        torch.tensor([[5, 5, 5, 5]]), do_sample=False, max_new_tokens=40, min_new_tokens=40, pad_token_id=0
+    )[0, 4:].tolist()
+    assert res.tokens == ref
+    assert res.summary.mean_accepted_length > 1.0
+
+
+def test_medusa_exact_sampling_matches_target():
+    V = 12
+    prompt = [3, 7, 1]
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    heads = random_heads(target, k=3, scale=2.0)
+    drafter = MedusaDrafter(heads, [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0)])
+    counts = torch.zeros(V)
+    n = 1000
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=2).generate(prompt)
+        counts[res.tokens[1]] += 1
+    with torch.no_grad():
+        p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)
+    expected = p0 @ nxt
+    assert chisquare(counts.numpy(), expected.numpy() * n).pvalue > 1e-3
+
+
+def test_typical_acceptance_is_labelled_approximate():
+    target = tiny_model("llama", sharpen=4.0)
+    heads = random_heads(target)
+    sampled = Decoder(
+        target, MedusaDrafter(heads, acceptance="typical"), SamplingConfig(temperature=0.7), max_new_tokens=12
+    ).generate(PROMPTS[0])
+    assert sampled.summary.approximate and len(sampled.tokens) == 12
+    greedy = Decoder(target, MedusaDrafter(heads, acceptance="typical"), max_new_tokens=NEW).generate(PROMPTS[0])
+    assert not greedy.summary.approximate  # at temperature 0 typical acceptance is greedy, hence exact
+    assert greedy.tokens == reference(target, PROMPTS[0])
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_checkpoint_round_trip(tmp_path, shared):
+    target = tiny_model("llama")
+    heads = random_heads(target, k=3, layers=2, shared=shared)
+    heads.save(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["medusa_num_heads"] == 3 and cfg["medusa_num_layers"] == 2
+    loaded = load_medusa_heads(tmp_path, target)
+    h = torch.randn(5, target.config.hidden_size)
+    torch.testing.assert_close(loaded(h), heads(h), rtol=2e-2, atol=2e-2)  # saved in bfloat16
+
+
+def test_published_pt_layout_loads(tmp_path):
+    target = tiny_model("llama")
+    heads = random_heads(target, k=2, layers=1)
+    state = heads.state_dict()
+    assert set(state) == {
+        "0.0.linear.weight",
+        "0.0.linear.bias",
+        "0.1.weight",
+        "1.0.linear.weight",
+        "1.0.linear.bias",
+        "1.1.weight",
+    }
+    torch.save(state, tmp_path / "medusa_lm_head.pt")
+    (tmp_path / "config.json").write_text(
+        json.dumps({"medusa_num_heads": 2, "medusa_num_layers": 1, "base_model_name_or_path": "tiny"})
+    )
+    loaded = load_medusa_heads(tmp_path, target)
+    h = torch.randn(3, target.config.hidden_size)
+    torch.testing.assert_close(loaded(h), heads(h))
+
+
+def test_mismatched_heads_fail_clearly(tmp_path):
+    small = tiny_model("llama")
+    random_heads(small, k=2).save(tmp_path)
+    other = tiny_model("llama", vocab=120)
+    with pytest.raises(GlanceError, match="vocabulary has 120"):
+        load_medusa_heads(tmp_path, other)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    wide = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
+    with pytest.raises(GlanceError, match="hidden size 64, the target has 32"):
+        load_medusa_heads(tmp_path, wide)
+    with pytest.raises(GlanceError, match="not found"):
+        load_medusa_heads(tmp_path / "nope", small)
+    with pytest.raises(GlanceError, match="heads"):
+        MedusaDrafter(load_medusa_heads(tmp_path, small), "chain_4")  # 4 deep, 2 heads
+
+
+def test_tree_parsing():
+    assert parse_tree("[[0], [0, 0], [1]]") == [(0,), (1,), (0, 0)]
+    with pytest.raises(GlanceError, match="no parent"):
+        parse_tree("[[0, 0]]")
+    with pytest.raises(GlanceError, match="unknown Medusa tree"):
+        parse_tree("nonsense")
+
+
+def test_training_lowers_the_loss_on_a_fixed_batch():
+    target = tiny_model("llama", sharpen=4.0)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    heads = MedusaHeads.for_target(target, 3, 1)
+    batch = torch.randint(0, 96, (4, 32))
+    hidden, greedy = target_features(target, batch)
+    opt = torch.optim.AdamW(heads.parameters(), lr=3e-3)
+    first, _ = medusa_loss(heads, hidden, greedy)
+    for _ in range(30):
+        loss, _ = medusa_loss(heads, hidden, greedy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    last, _ = medusa_loss(heads, hidden, greedy)
+    assert last.item() < 0.8 * first.item()
