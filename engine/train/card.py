@@ -57,7 +57,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "",
         "## Speculative decoding with this pair",
         "",
-        f"Vanilla speculative decoding, greedy, gamma {acc['gamma']}, {acc['dtype']}, up to "
+        f"Vanilla speculative decoding, greedy, gamma {acc['settings']['gamma']}, {acc['dtype']}, up to "
         f"{acc['max_new_tokens']} new tokens on each of the {acc['prompts']} held-out prompts of "
         "`resources/prompts/suite.jsonl`:",
         "",
@@ -69,6 +69,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "|---|---|",
         *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
         "",
+        *_medusa_section(evaluation),
         "## Sample greedy completions (target, float32)",
         "",
     ]
@@ -80,10 +81,58 @@ def render_card(training: dict, evaluation: dict) -> str:
         "```bash",
         f"python main.py train demo --out runs/demo --tokens {t['train']['tokens']} "
         f"--draft-tokens {d['train']['tokens']} --seed {training['seed']}",
+        *_medusa_reproduce(evaluation),
         "python main.py train card --models runs/demo   # measures and writes runs/demo/README.md",
         "```",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _medusa_section(evaluation: dict) -> list[str]:
+    med = evaluation.get("medusa")
+    if not med:
+        return []
+    tr, acc = med["training"], med["acceptance"]
+    lines = [
+        "## Medusa heads (`medusa/`)",
+        "",
+        f"{tr['heads']} heads of {tr['layers']} residual block(s) each on the target's last hidden state, "
+        + (
+            'sharing the target\'s frozen LM head (`"shared_lm_head": true`, so the folder stays small), '
+            if tr["shared_lm_head"]
+            else "each with its own vocabulary projection, "
+        )
+        + f"trained by `python main.py train medusa` for {tr['steps']} steps ({tr['tokens']:,} tokens) of "
+        "self-distillation: head k learns the target's own greedy token k + 2 positions ahead on the training split.",
+        "",
+        "| head | predicts | held-out top-1 | top-5 |",
+        "|---|---|---|---|",
+        *[
+            f"| {a['head']} | token t+{a['head'] + 2} | {a['top1']:.3f} | {a['top5']:.3f} |"
+            for a in tr["heldout_accuracy"]
+        ],
+        "",
+        f"Greedy Medusa decoding with the `{acc['settings']['tree']}` tree ({acc['settings']['tree_nodes']} nodes), "
+        f"{acc['dtype']}, up to {acc['max_new_tokens']} new tokens on each of the {acc['prompts']} held-out prompts: "
+        f"mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance rate {acc['acceptance_rate']:.3f}, "
+        f"output identical to plain greedy on every prompt: {acc['outputs_identical_to_plain_greedy']}.",
+        "",
+        "| category | tau |",
+        "|---|---|",
+        *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
+        "",
+    ]
+    return lines
+
+
+def _medusa_reproduce(evaluation: dict) -> list[str]:
+    if not evaluation.get("medusa"):
+        return []
+    tr = evaluation["medusa"]["training"]
+    return [
+        f"python main.py train medusa --target runs/demo/target --heads {tr['heads']} --layers {tr['layers']} "
+        f"--steps {tr['steps']} --out runs/demo/medusa"
+    ]
 
 
 def write_card(models: Path) -> str:
@@ -97,12 +146,18 @@ def write_card(models: Path) -> str:
     prompt_file = models / "prompts.jsonl"
     if not prompt_file.exists():
         prompt_file = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "suite.jsonl"
+    prompts = load_prompt_suite(prompt_file)
     evaluation = {
         "cpu": cpu_name(),
         "step_costs": step_costs(models),
-        "acceptance": speculative_acceptance(models, load_prompt_suite(prompt_file)),
+        "acceptance": speculative_acceptance(models, prompts),
         "samples": samples(models),
     }
+    if (models / "medusa" / "training.json").exists():
+        evaluation["medusa"] = {
+            "training": json.loads((models / "medusa" / "training.json").read_text()),
+            "acceptance": speculative_acceptance(models, prompts, method="medusa"),
+        }
     (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     card = render_card(training, evaluation)
     (models / "README.md").write_text(card)

@@ -10,7 +10,6 @@ import torch
 from transformers import DynamicCache
 
 from engine.decoder import Decoder
-from engine.drafters.vanilla import VanillaDrafter
 from engine.models import load_model
 
 SAMPLE_PROMPTS = [
@@ -37,11 +36,20 @@ def step_latency(model: torch.nn.Module, context: int = 128, new: int = 1, repea
 
 
 def speculative_acceptance(
-    models: Path, prompts: list[dict], gamma: int = 4, max_new_tokens: int = 64, dtype: str = "float32"
+    models: Path,
+    prompts: list[dict],
+    method: str = "vanilla",
+    gamma: int = 4,
+    max_new_tokens: int = 64,
+    dtype: str = "float32",
+    medusa_tree: str = "cpu_16",
 ) -> dict:
-    """Greedy vanilla vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
+    """Greedy `method` vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
+    from engine.variants import DrafterOptions, build_drafter, load_parts
+
     target = load_model(models / "target", device="cpu", dtype=dtype)
-    draft = load_model(models / "draft", device="cpu", dtype=dtype)
+    parts = load_parts(target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"))
+    options = DrafterOptions(gamma=gamma, medusa_tree=medusa_tree)
     tok = target.tokenizer
     eos = tok.eos_token_id
     steps = emitted = accepted = proposed = 0
@@ -50,7 +58,7 @@ def speculative_acceptance(
     for rec in prompts:
         ids = tok(rec["prompt"])["input_ids"]
         ar = Decoder(target.model, None, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
-        drafter = VanillaDrafter(draft.model, gamma=gamma, target_vocab=target.vocab_size)
+        drafter = build_drafter(method, target, parts, options)
         sp = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
         if sp.tokens != ar.tokens:
             mismatches.append(rec["id"])
@@ -58,10 +66,11 @@ def speculative_acceptance(
         steps += s.steps
         emitted += sum(len(e.tokens) for e in sp.events[1:])
         accepted += sum(len(e.accepted_nodes) for e in sp.events[1:])
-        proposed += sum(len(e.draft_tokens) for e in sp.events[1:])
+        proposed += sum(max(_depths(e.draft_parents), default=0) for e in sp.events[1:])
         by_category.setdefault(rec["category"], []).append(s.mean_accepted_length)
     return {
-        "gamma": gamma,
+        "method": method,
+        "settings": drafter.settings(),
         "dtype": dtype,
         "prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
@@ -71,6 +80,13 @@ def speculative_acceptance(
         "outputs_identical_to_plain_greedy": not mismatches,
         "mismatched_prompts": mismatches,
     }
+
+
+def _depths(parents: list[int]) -> list[int]:
+    d: list[int] = []
+    for p in parents:
+        d.append(1 if p < 0 else d[p] + 1)
+    return d
 
 
 def samples(models: Path, max_new_tokens: int = 60) -> list[dict]:
