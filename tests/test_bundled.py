@@ -8,8 +8,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.decoder import Decoder
+from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
-from engine.models import BUNDLED_DRAFT, BUNDLED_TARGET, RESOURCES
+from engine.heads.medusa import load_medusa_heads
+from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
 from engine.train.corpus import stdlib_corpus
 from engine.train.demo import encode_files
 from engine.train.lm import heldout_loss
@@ -30,11 +32,10 @@ def bundled():
 
 
 def test_folders_are_complete_and_small():
-    total = 0
     for folder in (BUNDLED_TARGET, BUNDLED_DRAFT):
         for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json"):
             assert (folder / name).exists(), folder / name
-        total += (folder / "model.safetensors").stat().st_size
+    total = sum(p.stat().st_size for p in MODELS.rglob("*.safetensors"))
     assert total < 100 * 2**20
     assert json.loads((BUNDLED_TARGET / "config.json").read_text())["dtype"] == "bfloat16"
 
@@ -73,6 +74,22 @@ def test_vanilla_pair_is_lossless_and_accepts(bundled):
         res = Decoder(
             target, VanillaDrafter(draft, gamma=4), max_new_tokens=32, eos_token_ids=tok.eos_token_id
         ).generate(ids)
+        assert res.tokens == ref, rec["id"]
+        steps += res.summary.steps
+        emitted += sum(len(e.tokens) for e in res.events[1:])
+    assert emitted / steps > 1.5
+
+
+@pytest.mark.slow
+def test_bundled_medusa_heads_are_lossless_and_accept(bundled):
+    target, _, tok = bundled
+    heads = load_medusa_heads(BUNDLED_MEDUSA, target)
+    prompts = [r for r in load_prompt_suite(SUITE)][::20][:4]
+    emitted = steps = 0
+    for rec in prompts:
+        ids = tok(rec["prompt"])["input_ids"]
+        ref = Decoder(target, max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids).tokens
+        res = Decoder(target, MedusaDrafter(heads), max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids)
         assert res.tokens == ref, rec["id"]
         steps += res.summary.steps
         emitted += sum(len(e.tokens) for e in res.events[1:])
