@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.theme import variant_color
 from engine.events import StepEvent
+from engine.metrics import DepthAcceptance
 
 CHARTS = {
     "accepted": ("Accepted length per step", "step", "tokens"),
@@ -28,8 +29,7 @@ class LaneSeries:
     lengths: list[int] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
-    reached: list[int] = field(default_factory=list)
-    accepted_at: list[int] = field(default_factory=list)
+    by_depth: DepthAcceptance = field(default_factory=DepthAcceptance)
     items: dict = field(default_factory=dict)
 
     def add(self, ev: StepEvent) -> None:
@@ -40,19 +40,7 @@ class LaneSeries:
             return
         self.steps.append(ev.step)
         self.lengths.append(len(ev.tokens))
-        depth_of: dict[int, int] = {}
-        for i, p in enumerate(ev.draft_parents):
-            depth_of[i] = 1 if p < 0 else depth_of[p] + 1
-        depth = max(depth_of.values(), default=0)
-        n = len(ev.accepted_nodes)
-        for d in range(1, depth + 1):
-            if n < d - 1:
-                break
-            while len(self.reached) < d:
-                self.reached.append(0)
-                self.accepted_at.append(0)
-            self.reached[d - 1] += 1
-            self.accepted_at[d - 1] += n >= d
+        self.by_depth.add(ev.draft_parents, len(ev.accepted_nodes))
 
 
 class ChartsWidget(QWidget):
@@ -113,7 +101,7 @@ class ChartsWidget(QWidget):
             top = max(counts, default=1)
             edges = np.arange(0.5, top + 1.5)
             s.items["histogram"].setData(edges, np.array([counts.get(k, 0) for k in range(1, top + 1)]))
-            rates = [a / r for a, r in zip(s.accepted_at, s.reached)]
+            rates = s.by_depth.rates()
             s.items["depth"].setData(np.arange(1, len(rates) + 1), np.array(rates))
         self.dirty = False
 

@@ -8,6 +8,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from engine.events import StepEvent
+from engine.tree import node_depths
 
 
 class StepInspector(QWidget):
@@ -49,9 +50,8 @@ class StepInspector(QWidget):
         accepted = set(ev.accepted_nodes)
         bold = QFont()
         bold.setBold(True)
-        depth: dict[int, int] = {}
+        depth = dict(enumerate(node_depths(ev.draft_parents)))
         for i, (tok, parent) in enumerate(zip(ev.draft_tokens, ev.draft_parents)):
-            depth[i] = 1 if parent < 0 else depth[parent] + 1
             verdict = "accepted" if i in accepted else "rejected"
             item = QTreeWidgetItem([f"node {i}", repr(decode(tok)), str(depth[i]), verdict, top_text(i + 1)])
             if i in accepted:

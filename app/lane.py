@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QVBoxLayout
 
 from app.theme import REJECTED, depth_shade, variant_color
 from engine.events import RunSummary, StepEvent
+from engine.tree import node_depths
 
 
 @dataclass
@@ -33,10 +34,7 @@ class LaneStats:
             self.steps += 1
             self.step_tokens += len(ev.tokens)
             self.accepted += len(ev.accepted_nodes)
-            depths: dict[int, int] = {}
-            for i, p in enumerate(ev.draft_parents):
-                depths[i] = 1 if p < 0 else depths[p] + 1
-            self.proposed_depth += max(depths.values(), default=0)
+            self.proposed_depth += max(node_depths(ev.draft_parents), default=0)
 
     @property
     def tau(self) -> float:
@@ -158,9 +156,7 @@ class LaneWidget(QFrame):
         cursor.beginEditBlock()
         for ev in self.pending:
             pieces = ev.extra.get("pieces") or [f"<{t}>" for t in ev.tokens]
-            depth_of = {}
-            for i, p in enumerate(ev.draft_parents):
-                depth_of[i] = 1 if p < 0 else depth_of[p] + 1
+            depth_of = node_depths(ev.draft_parents)
             n_acc = len(ev.accepted_nodes)
             for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
                 if k == n_acc and self.show_rejected:  # rejected draft tokens go before the target's correction

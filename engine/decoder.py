@@ -20,6 +20,7 @@ from engine.cache import cache_length, compact_tail
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
+from engine.metrics import DepthAcceptance
 from engine.sampling import SamplingConfig, logits_to_probs, sample
 from engine.tree import tree_attention_mask, tree_position_ids
 from engine.verify import verify
@@ -115,8 +116,7 @@ class Decoder:
         draft_s = verify_s = 0.0
         step_lens: list[int] = []
         proposed_depth = accepted_total = 0
-        reached: list[int] = []  # per depth d-1: steps that proposed depth d having reached d - 1
-        accepted_at: list[int] = []
+        by_depth = DepthAcceptance()
         stop = None
 
         _sync(self.device)
@@ -195,17 +195,9 @@ class Decoder:
             new.extend(emitted)
             steps += 1
             step_lens.append(len(emitted))
-            depth = max(draft.depths(), default=0)
-            proposed_depth += depth
+            proposed_depth += max(draft.depths(), default=0)
             accepted_total += len(verdict.accepted)
-            for d in range(1, depth + 1):
-                if len(verdict.accepted) < d - 1:
-                    break
-                while len(reached) < d:
-                    reached.append(0)
-                    accepted_at.append(0)
-                reached[d - 1] += 1
-                accepted_at[d - 1] += len(verdict.accepted) >= d
+            by_depth.add(draft.parents, len(verdict.accepted))
             probs, top = self._target_view(logits, emitted, rows)
             yield StepEvent(
                 run_id=run_id,
@@ -236,7 +228,7 @@ class Decoder:
             target_forwards=forwards,
             mean_accepted_length=sum(step_lens) / steps if steps else 0.0,
             acceptance_rate=accepted_total / proposed_depth if proposed_depth else None,
-            acceptance_by_depth=[a / r for a, r in zip(accepted_at, reached)],
+            acceptance_by_depth=by_depth.rates(),
             tokens_per_second=len(new) / wall if wall > 0 else 0.0,
             wall_seconds=wall,
             prefill_seconds=prefill_s,

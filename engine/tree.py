@@ -41,11 +41,7 @@ class Draft:
         return cls(list(tokens), list(range(-1, len(tokens) - 1)), q_probs)
 
     def depths(self) -> list[int]:
-        """Depth of each node; children of the root have depth 1."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(1 if p < 0 else d[p] + 1)
-        return d
+        return node_depths(self.parents)
 
     def children(self, node: int) -> list[int]:
         """Children of `node` (-1 for the root), in proposal order."""
@@ -61,6 +57,14 @@ class Draft:
 
     def is_chain(self) -> bool:
         return self.parents == list(range(-1, len(self.tokens) - 1))
+
+
+def node_depths(parents: list[int]) -> list[int]:
+    """Depth of each node; children of the root have depth 1."""
+    d: list[int] = []
+    for p in parents:
+        d.append(1 if p < 0 else d[p] + 1)
+    return d
 
 
 def ancestor_matrix(parents: list[int]) -> torch.Tensor:
@@ -86,5 +90,5 @@ def tree_attention_mask(parents: list[int], past_len: int, dtype: torch.dtype, d
 
 def tree_position_ids(parents: list[int], past_len: int, device) -> torch.Tensor:
     """[1, 1 + n]: the root sits at past_len, each node at past_len + its depth."""
-    depths = Draft(list(range(len(parents))), list(parents)).depths()
+    depths = node_depths(parents)
     return torch.tensor([[past_len] + [past_len + d for d in depths]], device=device)

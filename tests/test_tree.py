@@ -52,3 +52,15 @@ def test_draft_structure():
     assert Draft.chain([1, 2, 3]).is_chain()
     with pytest.raises(ValueError):
         Draft([1, 2], [1, -1])  # a parent after its child
+
+
+def test_acceptance_by_depth():
+    from engine.metrics import DepthAcceptance
+
+    acc = DepthAcceptance()
+    acc.add([-1, 0, 1, 2], 4)  # a chain of 4, all accepted
+    acc.add([-1, 0, 1, 2], 1)  # depth 1 accepted, depth 2 rejected, depths 3-4 never reached
+    acc.add([-1, -1, 0], 0)  # a tree rejected at depth 1
+    acc.add([], 0)  # plain decoding: nothing proposed
+    assert acc.reached == [3, 2, 1, 1]
+    assert acc.rates() == [2 / 3, 1 / 2, 1.0, 1.0]

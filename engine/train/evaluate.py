@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from engine.decoder import Decoder
 from engine.models import load_model
+from engine.tree import node_depths
 
 SAMPLE_PROMPTS = [
     "def fibonacci(n):\n",
@@ -66,7 +67,7 @@ def speculative_acceptance(
         steps += s.steps
         emitted += sum(len(e.tokens) for e in sp.events[1:])
         accepted += sum(len(e.accepted_nodes) for e in sp.events[1:])
-        proposed += sum(max(_depths(e.draft_parents), default=0) for e in sp.events[1:])
+        proposed += sum(max(node_depths(e.draft_parents), default=0) for e in sp.events[1:])
         by_category.setdefault(rec["category"], []).append(s.mean_accepted_length)
     return {
         "method": method,
@@ -80,13 +81,6 @@ def speculative_acceptance(
         "outputs_identical_to_plain_greedy": not mismatches,
         "mismatched_prompts": mismatches,
     }
-
-
-def _depths(parents: list[int]) -> list[int]:
-    d: list[int] = []
-    for p in parents:
-        d.append(1 if p < 0 else d[p] + 1)
-    return d
 
 
 def samples(models: Path, max_new_tokens: int = 60) -> list[dict]:
