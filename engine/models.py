@@ -122,7 +122,12 @@ def load_model(
     kwargs = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="sdpa", **kwargs)
+        try:  # tree verification needs an attention that takes a custom 4D mask: sdpa, else eager
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="sdpa", **kwargs)
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower():
+                raise
+            model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="eager", **kwargs)
     except GlanceError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad or missing models

@@ -163,3 +163,17 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
         opt.step()
     last, _ = medusa_loss(heads, hidden, greedy)
     assert last.item() < 0.8 * first.item()
+
+
+def test_eager_attention_reads_the_tree_mask():
+    """Eager attention adds the mask to the scores: the float mask must work there too."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    target = AutoModelForCausalLM.from_config(tiny_config("llama"), attn_implementation="eager").eval()
+    heads = random_heads(target)
+    for prompt in PROMPTS:
+        res = Decoder(target, MedusaDrafter(heads, "mc_sim_7b_63"), max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == reference(target, prompt)
