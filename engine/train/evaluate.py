@@ -109,3 +109,31 @@ def step_costs(models: Path, dtype: str = "bfloat16") -> dict:
         "draft_ms_per_token": round(d1 * 1e3, 2),
         "draft_over_target": round(d1 / t1, 3),
     }
+
+
+def compare_medusa_trees(
+    models: Path, prompts: list[dict], trees: list[str], max_new_tokens: int = 64, dtype: str = "bfloat16"
+) -> dict:
+    """tau and tokens/s of greedy Medusa per tree against plain decoding, same prompts, same process (used to
+    pick the default tree on this CPU; the numbers are written beside DEFAULT_TREE)."""
+    from engine.variants import DrafterOptions, build_drafter, load_parts
+
+    target = load_model(models / "target", device="cpu", dtype=dtype)
+    parts = load_parts(target, ["medusa"], medusa=str(models / "medusa"))
+    eos = target.tokenizer.eos_token_id
+    encoded = [target.tokenizer(r["prompt"])["input_ids"] for r in prompts]
+    results: dict = {}
+    for name in ["ar", *trees]:
+        tokens = seconds = steps = emitted = 0.0
+        for ids in encoded:
+            drafter = None if name == "ar" else build_drafter("medusa", target, parts, DrafterOptions(medusa_tree=name))
+            res = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
+            tokens += res.summary.new_tokens
+            seconds += res.summary.wall_seconds
+            steps += res.summary.steps
+            emitted += sum(len(e.tokens) for e in res.events[1:])
+        results[name] = {"tau": round(emitted / steps, 3), "tokens_per_second": round(tokens / seconds, 1)}
+    base = results["ar"]["tokens_per_second"]
+    for r in results.values():
+        r["speedup"] = round(r["tokens_per_second"] / base, 3)
+    return results
