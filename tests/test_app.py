@@ -198,3 +198,21 @@ def test_main_py_opens_the_window(tmp_path):
     proc = subprocess.run([sys.executable, "main.py"], cwd=root, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_heads_for_another_model_show_a_message(qtbot, tmp_path, tiny_window):
+    from engine.heads.medusa import MedusaHeads
+    from tests.conftest import tiny_model
+
+    MedusaHeads.for_target(tiny_model("llama", vocab=77), 2).save(tmp_path / "heads")
+    win = tiny_window
+    win.model_panel.medusa.setText(str(tmp_path / "heads"))
+    win.load_models()
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    assert "vocabulary" in win.banner.text() and "another model" in win.banner.text()
+    win.model_panel.medusa.setText("")
+    win.load_models()
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    assert win.models is not None and win.models.get("medusa") is None
+    run_race(qtbot, win, ["ar"])
+    assert win.lanes["ar"].text()
