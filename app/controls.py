@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import RESOURCES
+from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL
 from engine.drafters.medusa import DEFAULT_TREE, TREES
 from engine.variants import METHODS
 
@@ -51,6 +52,15 @@ def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:
     return row
 
 
+def _row(*widgets: QWidget) -> QWidget:
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        lay.addWidget(w)
+    return row
+
+
 class ModelPanel(QGroupBox):
     def __init__(self) -> None:
         super().__init__("Models")
@@ -60,6 +70,8 @@ class ModelPanel(QGroupBox):
         self.draft.setPlaceholderText("bundled demo draft (or a folder / hub id; empty: none)")
         self.medusa = QLineEdit()
         self.medusa.setPlaceholderText("bundled Medusa heads (or a heads folder; empty: none)")
+        self.eagle = QLineEdit()
+        self.eagle.setPlaceholderText("bundled EAGLE head (or a head folder; empty: none)")
         self.device = QComboBox()
         self.device.addItems(["auto", "cpu", "cuda", "mps"])
         self.dtype = QComboBox()
@@ -75,6 +87,7 @@ class ModelPanel(QGroupBox):
         form.addRow("target", _path_row(self.target, self))
         form.addRow("draft", _path_row(self.draft, self))
         form.addRow("medusa", _path_row(self.medusa, self))
+        form.addRow("eagle", _path_row(self.eagle, self))
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow(self.allow_download)
@@ -134,6 +147,17 @@ class SettingsPanel(QGroupBox):
         self.acceptance = QComboBox()
         self.acceptance.addItems(["exact", "typical"])
         self.acceptance.setToolTip("typical acceptance is Medusa's approximate rule: faster, not exact")
+        self.eagle_mode = QComboBox()
+        self.eagle_mode.addItems(["eagle2", "eagle1"])
+        self.eagle_top_k = QSpinBox()
+        self.eagle_top_k.setRange(1, 32)
+        self.eagle_top_k.setValue(DEFAULT_TOP_K)
+        self.eagle_depth = QSpinBox()
+        self.eagle_depth.setRange(1, 12)
+        self.eagle_depth.setValue(DEFAULT_DEPTH)
+        self.eagle_total = QSpinBox()
+        self.eagle_total.setRange(1, 128)
+        self.eagle_total.setValue(DEFAULT_TOTAL)
         self.sequential = QCheckBox("sequential (benchmark) mode")
         self.show_rejected = QCheckBox("show rejected draft tokens")
         self.run_one = QComboBox()
@@ -153,6 +177,8 @@ class SettingsPanel(QGroupBox):
         form.addRow(self.adaptive)
         form.addRow("medusa tree", self.medusa_tree)
         form.addRow("medusa acceptance", self.acceptance)
+        form.addRow("eagle mode", self.eagle_mode)
+        form.addRow("eagle top-k / depth / total", _row(self.eagle_top_k, self.eagle_depth, self.eagle_total))
         form.addRow(self.sequential)
         form.addRow(self.show_rejected)
         form.addRow("run one", self.run_one)
@@ -171,6 +197,8 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("target", models.target.text())
     settings.setValue("draft", models.draft.text())
     settings.setValue("medusa", models.medusa.text())
+    settings.setValue("eagle", models.eagle.text())
+    settings.setValue("eagle_mode", gen.eagle_mode.currentText())
     settings.setValue("medusa_tree", gen.medusa_tree.currentText())
     settings.setValue("acceptance", gen.acceptance.currentText())
     settings.setValue("device", models.device.currentText())
@@ -200,6 +228,8 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     models.target.setText(get("target", ""))
     models.draft.setText(get("draft", ""))
     models.medusa.setText(get("medusa", ""))
+    models.eagle.setText(get("eagle", ""))
+    gen.eagle_mode.setCurrentText(get("eagle_mode", "eagle2"))
     gen.medusa_tree.setCurrentText(get("medusa_tree", DEFAULT_TREE))
     gen.acceptance.setCurrentText(get("acceptance", "exact"))
     models.device.setCurrentText(get("device", "auto"))

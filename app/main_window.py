@@ -37,7 +37,7 @@ from app.theme import app_icon, style_sheet
 from app.worker import EngineWorker, WorkerThread
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
+from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
 from engine.sampling import SamplingConfig
 from engine.session_log import SessionLogWriter, read_session_log
 from engine.variants import METHODS, NEEDS, DrafterOptions, build_drafter, load_parts
@@ -215,6 +215,7 @@ class MainWindow(QMainWindow):
             return given or (str(bundled) if not custom_target and bundled.exists() else "")
 
         draft, medusa = part(mp.draft, BUNDLED_DRAFT), part(mp.medusa, BUNDLED_MEDUSA)
+        eagle = part(mp.eagle, BUNDLED_EAGLE)
         opts = dict(
             device=mp.device.currentText(), dtype=mp.dtype.currentText(), allow_download=mp.allow_download.isChecked()
         )
@@ -222,7 +223,12 @@ class MainWindow(QMainWindow):
         def job(worker: EngineWorker) -> dict:
             t = load_model(target, **opts)
             parts = load_parts(
-                t, METHODS, draft=draft or None, medusa=medusa or None, allow_download=opts["allow_download"]
+                t,
+                METHODS,
+                draft=draft or None,
+                medusa=medusa or None,
+                eagle=eagle or None,
+                allow_download=opts["allow_download"],
             )
             return {"target": t, **parts}
 
@@ -250,7 +256,7 @@ class MainWindow(QMainWindow):
             return
         methods = methods or self.available_methods()
         if not methods:
-            self.show_error("no variant selected (vanilla needs a draft model, medusa needs heads)")
+            self.show_error("no variant selected (vanilla needs a draft model, medusa and eagle need heads)")
             return
         g = self.gen_panel
         try:
@@ -270,6 +276,10 @@ class MainWindow(QMainWindow):
             adaptive=g.adaptive.isChecked(),
             medusa_tree=g.medusa_tree.currentText(),
             acceptance=g.acceptance.currentText(),
+            eagle_mode=g.eagle_mode.currentText(),
+            eagle_top_k=g.eagle_top_k.value(),
+            eagle_depth=g.eagle_depth.value(),
+            eagle_total_tokens=g.eagle_total.value(),
         )
         interleaved = not g.sequential.isChecked()
         self.run_settings = {
@@ -378,6 +388,8 @@ class MainWindow(QMainWindow):
                 info += f"\ndraft: {Path(d.name).name} · {d.parameters / 1e6:.1f}M"
             if result.get("medusa") is not None:
                 info += f"\nmedusa: {result['medusa'].num_heads} heads"
+            if result.get("eagle") is not None:
+                info += "\neagle: 1 head"
             self.model_panel.info.setText(info)
             self.statusBar().showMessage("models loaded")
         else:
@@ -452,6 +464,8 @@ class MainWindow(QMainWindow):
                 models["draft"] = parts["draft"].describe()
             if parts.get("medusa") is not None:
                 models["medusa"] = parts["medusa"].config()
+            if parts.get("eagle") is not None:
+                models["eagle"] = parts["eagle"].cfg
             self.log.header(models, str(target.device), self.run_settings)
         except GlanceError as exc:
             self.log = None

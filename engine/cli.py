@@ -52,6 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["greedy", "exact", "typical"],
         help="medusa: greedy (needs --temperature 0), exact sampling, or typical acceptance (approximate)",
     )
+    g.add_argument("--eagle", help="EAGLE head folder (default: the bundled head)")
+    g.add_argument(
+        "--eagle-mode",
+        default="eagle2",
+        choices=["eagle2", "eagle1"],
+        help="eagle2: dynamic confidence-ranked tree; eagle1: static tree",
+    )
+    g.add_argument("--eagle-top-k", type=int, default=None, help="eagle2: nodes expanded per depth")
+    g.add_argument("--eagle-depth", type=int, default=None, help="eagle: draft depth")
+    g.add_argument("--eagle-total-tokens", type=int, default=None, help="eagle2: nodes sent to verification")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
 
@@ -76,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="give every head its own vocabulary projection (published default; larger checkpoint)",
     )
     med.add_argument("--out", required=True)
+    eg = tsub.add_parser("eagle", help="train an EAGLE head for a frozen target")
+    eg.add_argument("--target", required=True, help="target model folder or hub id")
+    eg.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    eg.add_argument("--steps", type=int, default=500)
+    eg.add_argument("--out", required=True)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
     card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
     return parser
@@ -106,7 +121,7 @@ def _default_model(given: str | None, bundled: Path, flag: str) -> str:
 
 def cmd_generate(args) -> int:
     from engine.decoder import Decoder
-    from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
+    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
     from engine.sampling import SamplingConfig
     from engine.session_log import SessionLogWriter
     from engine.variants import DrafterOptions, build_drafter, load_parts
@@ -122,11 +137,18 @@ def cmd_generate(args) -> int:
         [args.method],
         draft=_default_model(args.draft, BUNDLED_DRAFT, "--draft") if args.method == "vanilla" else None,
         medusa=_default_model(args.medusa, BUNDLED_MEDUSA, "--medusa") if args.method == "medusa" else None,
+        eagle=_default_model(args.eagle, BUNDLED_EAGLE, "--eagle") if args.method == "eagle" else None,
         **access,
     )
     draft = parts.get("draft")
+    eagle_knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
     options = DrafterOptions(
-        gamma=args.gamma, adaptive=args.adaptive, medusa_tree=args.medusa_tree, acceptance=args.acceptance
+        gamma=args.gamma,
+        adaptive=args.adaptive,
+        medusa_tree=args.medusa_tree,
+        acceptance=args.acceptance,
+        eagle_mode=args.eagle_mode,
+        **{k: v for k, v in eagle_knobs.items() if v is not None},
     )
     drafter = build_drafter(args.method, target, parts, options)
     tok = target.tokenizer
@@ -216,6 +238,13 @@ def cmd_train(args) -> int:
             shared_lm_head=not args.own_lm_head,
         )
         print(json.dumps(report, indent=2))
+        return 0
+    if args.what == "eagle":
+        from engine.train.eagle import train_eagle
+
+        if args.steps < 1:
+            raise GlanceError("--steps must be positive")
+        print(json.dumps(train_eagle(args.target, Path(args.out), args.steps, args.data), indent=2))
         return 0
     from engine.train.demo import run_demo_recipe
 

@@ -18,6 +18,7 @@ RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
 BUNDLED_DRAFT = RESOURCES / "models" / "draft"
 BUNDLED_MEDUSA = RESOURCES / "models" / "medusa"
+BUNDLED_EAGLE = RESOURCES / "models" / "eagle"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

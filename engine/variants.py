@@ -6,13 +6,14 @@ from dataclasses import dataclass
 
 from engine.drafters.autoregressive import AutoregressiveDrafter
 from engine.drafters.base import Drafter
+from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL, EagleDrafter
 from engine.drafters.medusa import DEFAULT_TREE, MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
 from engine.models import LoadedModel, check_same_vocabulary, load_model
 
-METHODS = ("ar", "vanilla", "medusa")
-NEEDS = {"vanilla": "draft", "medusa": "medusa"}  # the part each method needs besides the target
+METHODS = ("ar", "vanilla", "medusa", "eagle")
+NEEDS = {"vanilla": "draft", "medusa": "medusa", "eagle": "eagle"}  # the part each method needs besides the target
 
 
 @dataclass
@@ -21,6 +22,10 @@ class DrafterOptions:
     adaptive: bool = False
     medusa_tree: str = DEFAULT_TREE
     acceptance: str = "exact"  # medusa: exact | typical (greedy at temperature 0 either way)
+    eagle_mode: str = "eagle2"  # eagle2 (dynamic tree) | eagle1 (static tree)
+    eagle_top_k: int = DEFAULT_TOP_K
+    eagle_depth: int = DEFAULT_DEPTH
+    eagle_total_tokens: int = DEFAULT_TOTAL
 
 
 def build_drafter(
@@ -33,7 +38,7 @@ def build_drafter(
         raise GlanceError(f"unknown method '{method}': choose one of {', '.join(METHODS)}")
     need = NEEDS.get(method)
     if need and parts.get(need) is None:
-        flag = {"draft": "--draft", "medusa": "--medusa"}[need]
+        flag = {"draft": "--draft", "medusa": "--medusa", "eagle": "--eagle"}[need]
         raise GlanceError(f"method '{method}' needs {need} weights: pass {flag}")
     if method == "ar":
         return AutoregressiveDrafter()
@@ -43,7 +48,17 @@ def build_drafter(
         return VanillaDrafter(
             parts["draft"].model, gamma=opt.gamma, adaptive=opt.adaptive, target_vocab=target.vocab_size
         )
-    return MedusaDrafter(parts["medusa"], tree=opt.medusa_tree, acceptance=opt.acceptance)
+    if method == "medusa":
+        return MedusaDrafter(parts["medusa"], tree=opt.medusa_tree, acceptance=opt.acceptance)
+    if opt.eagle_mode not in ("eagle1", "eagle2"):
+        raise GlanceError(f"unknown EAGLE mode '{opt.eagle_mode}': use eagle2 (dynamic tree) or eagle1 (static)")
+    return EagleDrafter(
+        parts["eagle"],
+        dynamic=opt.eagle_mode == "eagle2",
+        top_k=opt.eagle_top_k,
+        depth=opt.eagle_depth,
+        total_tokens=opt.eagle_total_tokens,
+    )
 
 
 def load_parts(
@@ -51,11 +66,12 @@ def load_parts(
     methods,
     draft: str | None = None,
     medusa: str | None = None,
+    eagle: str | None = None,
     allow_download: bool = False,
     trust_remote_code: bool = False,
 ) -> dict:
-    """Load what the methods need besides the target: a draft model (same device, dtype and vocabulary) and/or
-    Medusa heads (shapes checked against the target)."""
+    """Load what the methods need besides the target: a draft model (same device, dtype and vocabulary), Medusa
+    heads and an EAGLE head (shapes checked against the target)."""
     parts: dict = {}
     needs = {NEEDS[m] for m in methods if m in NEEDS}
     if "draft" in needs and draft:
@@ -71,4 +87,8 @@ def load_parts(
         from engine.heads.medusa import load_medusa_heads
 
         parts["medusa"] = load_medusa_heads(medusa, target.model)
+    if "eagle" in needs and eagle:
+        from engine.heads.eagle import load_eagle_head
+
+        parts["eagle"] = load_eagle_head(eagle, target.model)
     return parts

@@ -1,0 +1,185 @@
+"""EAGLE drafting: the head predicts the target's next feature and the target's LM head reads tokens from it.
+
+EAGLE-1 follows a static tree of paths (path (i, j): the j-th best child of the i-th best first token). EAGLE-2
+grows a dynamic tree: each depth expands the `top_k` nodes with the highest cumulative draft log-probability, and
+the `total_tokens` best nodes overall go to verification. Each depth is one batched head forward over the frontier;
+the head keeps its own KV cache of committed (token, feature) pairs, and draft entries are cropped after drafting.
+Candidates are the head's top-k, deterministic given the context, so verification is exact (greedy, or the
+deterministic-candidate rule when sampling).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.cache import cache_length, crop
+from engine.drafters.base import DecodeState, Drafter
+from engine.errors import GlanceError
+from engine.heads.eagle import EagleHead
+from engine.tree import Draft
+
+# SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
+EAGLE_25 = [
+    (0,), (1,), (2,), (3,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0), (0, 0, 0), (0, 0, 1),
+    (0, 0, 2), (0, 1, 0), (0, 1, 1), (0, 2, 0), (0, 2, 1), (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 0, 2),
+    (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
+]  # fmt: skip
+
+DEFAULT_TOP_K = 6
+DEFAULT_DEPTH = 5
+DEFAULT_TOTAL = 20
+
+
+class EagleDrafter(Drafter):
+    name = "eagle"
+    needs_hidden_states = True
+
+    def __init__(
+        self,
+        head: EagleHead,
+        dynamic: bool = True,
+        top_k: int = DEFAULT_TOP_K,
+        depth: int = DEFAULT_DEPTH,
+        total_tokens: int = DEFAULT_TOTAL,
+        tree: list | None = None,
+    ) -> None:
+        if top_k < 1 or depth < 1 or total_tokens < 1:
+            raise GlanceError("EAGLE needs top_k, depth and total_tokens of at least 1")
+        self.head = head
+        self.dynamic = dynamic
+        self.top_k, self.depth, self.total = top_k, depth, total_tokens
+        self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
+        self.cache = None
+        self.pending: tuple[list[int], torch.Tensor] | None = None  # committed pairs not yet in the head cache
+
+    def reset(self) -> None:
+        self.cache, self.pending = None, None
+
+    def begin(self, state: DecodeState) -> None:
+        self.cache = self.head.new_cache()
+        feats = state.target_out.hidden_states[-1][0]  # [P, H]: features of every prompt position
+        self.pending = (state.tokens[1:], feats)  # pairs (x_{i+1}, f_i)
+
+    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        rows = state.extra["rows"]  # verify rows whose features predicted the emitted tokens
+        feats = state.target_out.hidden_states[-1][0, rows]  # [k, H]
+        self.pending = (state.tokens[-len(rows) :], feats)
+
+    def _mask(self, committed: int, ancestors: list[list[int]], fed: int, dtype, device) -> torch.Tensor:
+        """[1, 1, m, committed + fed + m]: each new row sees the committed pairs, the fed entries listed in its
+        `ancestors` (slots counted after the committed pairs) and itself."""
+        m = len(ancestors)
+        visible = torch.zeros(m, committed + fed + m, dtype=torch.bool)
+        visible[:, :committed] = True
+        for r, anc in enumerate(ancestors):
+            for slot in anc:
+                visible[r, committed + slot] = True
+            visible[r, committed + fed + r] = True
+        mask = torch.zeros(visible.shape, dtype=dtype)
+        mask.masked_fill_(~visible, torch.finfo(dtype).min)
+        return mask[None, None].to(device)
+
+    def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask) -> torch.Tensor:
+        dev = feats.device
+        out = self.head(
+            torch.tensor([tokens], device=dev), feats[None], torch.tensor([positions], device=dev), self.cache, mask
+        )
+        return out[0]  # [m, H]
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
+        if self.pending is None or max_tokens < 1:
+            return Draft()
+        dtype = next(self.head.parameters()).dtype
+        base = cache_length(self.cache)
+        toks, feats = self.pending
+        m = len(toks)
+        out = self._feed(
+            toks,
+            feats.to(dtype),
+            list(range(base, base + m)),
+            self._mask(base, [list(range(i)) for i in range(m)], 0, dtype, feats.device),
+        )
+        self.pending = None
+        committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
+        root_feat = out[-1]  # predicted feature after the pending token
+
+        tokens: list[int] = []
+        parents: list[int] = []
+        scores: list[float] = []
+        in_feat: list[torch.Tensor] = []  # feature each node is fed with: its parent's predicted feature
+        slot: dict[int, int] = {}  # node -> index among fed draft entries
+        ancestors: dict[int, list[int]] = {}
+        paths: dict[int, tuple] = {}
+        depth_cap = min(self.depth, max_tokens)
+        fed = 0
+
+        def add_children(parent: int, feat: torch.Tensor, logp: torch.Tensor, base_score: float, ranks) -> list:
+            top = logp.topk(max(ranks) + 1)
+            new = []
+            for r in ranks:
+                tokens.append(int(top.indices[r]))
+                parents.append(parent)
+                scores.append(base_score + float(top.values[r]))
+                in_feat.append(feat)
+                node = len(tokens) - 1
+                paths[node] = (paths[parent] if parent >= 0 else ()) + (r,)
+                new.append(node)
+            return new
+
+        logp0 = torch.log_softmax(self.head.logits(root_feat).float(), -1)
+        if self.dynamic:
+            frontier = add_children(-1, root_feat, logp0, 0.0, range(self.top_k))
+        else:
+            frontier = add_children(-1, root_feat, logp0, 0.0, sorted({p[0] for p in self.paths if len(p) == 1}))
+        for d in range(2, depth_cap + 1):
+            if not self.dynamic:
+                frontier = [n for n in frontier if any(len(p) == d and p[:-1] == paths[n] for p in self.paths)]
+            if not frontier:
+                break
+            anc = []
+            for n in frontier:
+                chain_of = ancestors.get(parents[n], []) + ([slot[parents[n]]] if parents[n] >= 0 else [])
+                ancestors[n] = chain_of
+                anc.append(chain_of)
+            mask = self._mask(committed, anc, fed, dtype, root_feat.device)
+            positions = [committed - 1 + (d - 1)] * len(frontier)
+            outs = self._feed(
+                [tokens[n] for n in frontier], torch.stack([in_feat[n] for n in frontier]), positions, mask
+            )
+            for i, n in enumerate(frontier):
+                slot[n] = fed + i
+            fed += len(frontier)
+            logps = torch.log_softmax(self.head.logits(outs).float(), -1)  # [m, V]
+            children = []
+            for i, n in enumerate(frontier):
+                if self.dynamic:
+                    ranks = range(self.top_k)
+                else:
+                    ranks = sorted({p[-1] for p in self.paths if len(p) == d and p[:-1] == paths[n]})
+                children += add_children(n, outs[i], logps[i], scores[n], ranks)
+            if self.dynamic:  # the next frontier: the best top_k of this depth by cumulative log-probability
+                children = sorted(children, key=lambda c: -scores[c])[: self.top_k]
+            frontier = children
+        crop(self.cache, committed)  # draft entries were only for drafting
+
+        budget = min(self.total if self.dynamic else len(tokens), max_tokens, len(tokens))
+        chosen = (
+            set(sorted(range(len(tokens)), key=lambda c: -scores[c])[:budget])
+            if self.dynamic
+            else set(range(len(tokens)))
+        )
+        for c in list(chosen):  # keep every chosen node's ancestors
+            p = parents[c]
+            while p >= 0:
+                chosen.add(p)
+                p = parents[p]
+        order = sorted(chosen, key=lambda c: (len(paths[c]), -scores[c]))[: max(budget, 1)]
+        order = [c for c in order if parents[c] < 0 or parents[c] in order]
+        index = {c: i for i, c in enumerate(order)}
+        return Draft([tokens[c] for c in order], [index[parents[c]] if parents[c] >= 0 else -1 for c in order])
+
+    def settings(self) -> dict:
+        if self.dynamic:
+            return {"mode": "eagle-2", "top_k": self.top_k, "depth": self.depth, "total_tokens": self.total}
+        return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth}

@@ -1,0 +1,145 @@
+"""EAGLE head training: frozen target; loss = smooth-L1 on the predicted next feature + 0.1 x cross-entropy of the
+target's LM head on it against the target's own distribution (EAGLE's recipe), with small uniform noise on the
+input features. Features are computed on the fly from corpus text. Progress bar; resumable checkpoints."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from engine.heads.eagle import EagleHead
+from engine.train.lm import TrainConfig, lr_at, sample_batch
+from engine.train.medusa import text_stream
+
+NOISE = 0.1  # half-width of the uniform noise added to input features
+CLS_WEIGHT = 0.1
+
+
+@torch.no_grad()
+def target_view(target, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features (last hidden states) [B, T, H] and the target's next-token logits [B, T, V]."""
+    out = target(input_ids=batch, output_hidden_states=True, use_cache=False)
+    return out.hidden_states[-1], out.logits
+
+
+def eagle_loss(
+    head: EagleHead, batch: torch.Tensor, feats: torch.Tensor, logits: torch.Tensor, noise: float = NOISE
+) -> tuple[torch.Tensor, float, float]:
+    """Pair i = (x_{i+1}, f_i) predicts f_{i+1}; returns (loss, regression part, classification part)."""
+    b, t = batch.shape
+    inp = feats[:, :-1]
+    if noise:
+        inp = inp + (torch.rand_like(inp) * 2 - 1) * noise
+    positions = torch.arange(t - 1, device=batch.device)[None].expand(b, -1)
+    pred = head(batch[:, 1:], inp, positions)  # [B, T-1, H]
+    reg = F.smooth_l1_loss(pred.float(), feats[:, 1:].float())
+    p = torch.softmax(logits[:, 1:].float(), -1)
+    logq = torch.log_softmax(head.logits(pred).float(), -1)
+    cls = -(p * logq).sum(-1).mean()
+    return reg + CLS_WEIGHT * cls, reg.item(), cls.item()
+
+
+@torch.no_grad()
+def depth_accuracy(
+    head: EagleHead, target, stream: torch.Tensor, depths: int = 4, seq_len: int = 256, windows: int = 8
+) -> list[dict]:
+    """Held-out top-1 agreement with the target's greedy token when the head runs on its own predicted features for
+    d steps (d = 1 is teacher-forced), computed in parallel passes over each window."""
+    hits = [0] * depths
+    count = [0] * depths
+    n = min(windows, len(stream) // seq_len)
+    for w in range(n):
+        batch = stream[w * seq_len : (w + 1) * seq_len].long()[None]
+        feats, logits = target_view(target, batch)
+        greedy = logits.argmax(-1)  # [1, T]
+        positions = torch.arange(seq_len - 1)[None]
+        inp = feats[:, :-1]
+        for d in range(depths):
+            pred = head(batch[:, 1:], inp.to(feats.dtype), positions)  # [1, T-1, H]
+            guess = head.logits(pred).argmax(-1)  # predicts x_{i+2}
+            ok = guess[0, d:] == greedy[0, 1 + d :]
+            hits[d] += int(ok.sum())
+            count[d] += len(ok)
+            inp = torch.cat([feats[:, :1], pred[:, :-1]], dim=1)  # next pass reads its own predictions
+    return [{"depth": d + 1, "top1": round(hits[d] / count[d], 4)} for d in range(depths)]
+
+
+def train_eagle(
+    target_path: str,
+    out: Path,
+    steps: int = 500,
+    data: str | None = None,
+    batch_size: int = 8,
+    seq_len: int = 256,
+    lr: float = 1e-3,
+    seed: int = 0,
+) -> dict:
+    """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`."""
+    from engine.models import load_model
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    loaded = load_model(target_path, device="cpu", dtype="bfloat16")
+    target = loaded.model
+    for p in target.parameters():
+        p.requires_grad_(False)
+    train, held = text_stream(loaded.tokenizer, data)
+    torch.manual_seed(seed)
+    head = EagleHead.for_target(target).float()
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    cfg = TrainConfig(
+        total_tokens=steps * batch_size * seq_len,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        lr=lr,
+        min_lr=lr / 10,
+        warmup_steps=20,
+        seed=seed,
+    )
+    ckpt = out / "train_state.pt"
+    start = 0
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=True)
+        head.load_state_dict(state["head"])
+        opt.load_state_dict(state["opt"])
+        start = int(state["step"])
+    bar = tqdm(total=cfg.steps, initial=start, desc="eagle", unit="step", dynamic_ncols=True, mininterval=2.0)
+    t0, reg, cls = time.time(), float("nan"), float("nan")
+    for step in range(start, cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        batch = sample_batch(train, step, cfg)[:, :-1]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            feats, logits = target_view(target, batch)
+            loss, reg, cls = eagle_loss(head, batch, feats.float(), logits)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
+        opt.step()
+        bar.update(1)
+        bar.set_postfix(reg=f"{reg:.3f}", cls=f"{cls:.3f}", refresh=False)
+        if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
+            tmp = ckpt.with_suffix(".tmp")
+            torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp)
+            os.replace(tmp, ckpt)
+    bar.close()
+    head.save(out)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        accuracy = depth_accuracy(head, target, held)
+    report = {
+        "target": str(target_path),
+        "steps": cfg.steps,
+        "tokens": cfg.steps * batch_size * seq_len,
+        "final_regression_loss": reg,
+        "final_classification_loss": cls,
+        "wall_seconds_this_run": round(time.time() - t0, 1),
+        "heldout_accuracy": accuracy,
+    }
+    (out / "training.json").write_text(json.dumps(report, indent=2))
+    return report

@@ -1,0 +1,146 @@
+"""EAGLE: lossless greedy and exact sampling with random heads (EAGLE-1 and EAGLE-2), the published checkpoint
+layout, and training."""
+
+import json
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.decoder import Decoder
+from engine.drafters.eagle import EagleDrafter
+from engine.errors import GlanceError
+from engine.heads.eagle import EagleHead, load_eagle_head
+from engine.sampling import SamplingConfig
+from engine.train.eagle import depth_accuracy, eagle_loss, target_view
+from tests.conftest import ARCHS, tiny_model
+from tests.test_lossless import NEW, PROMPTS, reference
+
+
+def random_head(target, seed=0):
+    torch.manual_seed(seed)
+    return EagleHead.for_target(target).eval()
+
+
+def trained_head(target, steps=80):
+    """A head fitted for a few steps on the target's own greedy continuations: it agrees often enough that
+    multi-token paths get accepted."""
+    torch.manual_seed(1)
+    with torch.no_grad():
+        seqs = target.generate(
+            torch.randint(0, 96, (8, 4)), do_sample=False, max_new_tokens=44, min_new_tokens=44, pad_token_id=0
+        )
+    head = EagleHead.for_target(target)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    feats, logits = target_view(target, seqs)
+    for _ in range(steps):
+        loss = eagle_loss(head, seqs, feats, logits)[0]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return head.eval()
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def target_and_head(request):
+    target = tiny_model(request.param, sharpen=4.0)
+    return target, trained_head(target)
+
+
+@pytest.mark.parametrize(
+    "mode", [dict(dynamic=True), dict(dynamic=True, top_k=3, depth=3, total_tokens=8), dict(dynamic=False)]
+)
+def test_eagle_greedy_is_lossless(target_and_head, mode):
+    target, head = target_and_head
+    taus = []
+    for prompt in PROMPTS + [[5, 5, 5, 5]]:
+        res = Decoder(target, EagleDrafter(head, **mode), max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == reference(target, prompt)
+        assert res.summary.target_forwards == res.summary.steps + 1
+        taus.append(res.summary.mean_accepted_length)
+    assert max(taus) > 1.0  # some draft tokens were accepted, so the tree compaction ran
+
+
+def test_eagle_exact_sampling_matches_target():
+    V = 12
+    prompt = [3, 7, 1]
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    drafter = EagleDrafter(random_head(target), top_k=3, depth=2, total_tokens=6)
+    counts = torch.zeros(V)
+    n = 1000
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=2).generate(prompt)
+        counts[res.tokens[1]] += 1
+    with torch.no_grad():
+        p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)
+    assert chisquare(counts.numpy(), (p0 @ nxt).numpy() * n).pvalue > 1e-3
+
+
+def test_checkpoint_round_trip_and_published_bin(tmp_path):
+    target = tiny_model("llama")
+    head = random_head(target)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    head.save(tmp_path / "safe")
+    keys = set(head.state_dict()) - {k for k in head.state_dict() if k.startswith("rotary.")}
+    assert {
+        "fc.weight",
+        "fc.bias",
+        "layers.0.self_attn.q_proj.weight",
+        "layers.0.mlp.gate_proj.weight",
+        "layers.0.post_attention_layernorm.weight",
+    } <= keys
+    assert not any("input_layernorm" in k for k in keys)
+    tok = torch.tensor([[1, 2, 3]])
+    feats = torch.randn(1, 3, target.config.hidden_size)
+    pos = torch.arange(3)[None]
+    loaded = load_eagle_head(tmp_path / "safe", target)
+    torch.testing.assert_close(loaded(tok, feats, pos), head(tok, feats, pos), rtol=3e-2, atol=3e-2)
+    # the published .bin layout, with an embed_tokens copy as some checkpoints carry
+    (tmp_path / "bin").mkdir()
+    state = {k: v for k, v in head.state_dict().items() if k in keys}
+    state["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
+    torch.save(state, tmp_path / "bin" / "pytorch_model.bin")
+    (tmp_path / "bin" / "config.json").write_text(json.dumps(head.cfg))
+    torch.testing.assert_close(load_eagle_head(tmp_path / "bin", target)(tok, feats, pos), head(tok, feats, pos))
+
+
+def test_mismatched_head_fails_clearly(tmp_path):
+    random_head(tiny_model("llama")).save(tmp_path)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    narrow = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=96,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
+    with pytest.raises(GlanceError, match="hidden size 64, the target has 32"):
+        load_eagle_head(tmp_path, narrow)
+    with pytest.raises(GlanceError, match="not found"):
+        load_eagle_head(tmp_path / "nope", narrow)
+
+
+def test_training_lowers_the_loss_on_a_fixed_batch():
+    target = tiny_model("llama", sharpen=4.0)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    head = EagleHead.for_target(target)
+    batch = torch.randint(0, 96, (4, 32))
+    feats, logits = target_view(target, batch)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3)
+    first = eagle_loss(head, batch, feats, logits, noise=0.0)[0].item()
+    for _ in range(40):
+        loss = eagle_loss(head, batch, feats, logits)[0]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert eagle_loss(head, batch, feats, logits, noise=0.0)[0].item() < 0.8 * first
+    acc = depth_accuracy(head.eval(), target, torch.randint(0, 96, (200,)), depths=3, seq_len=64, windows=2)
+    assert [a["depth"] for a in acc] == [1, 2, 3] and all(0 <= a["top1"] <= 1 for a in acc)
