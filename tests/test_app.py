@@ -73,7 +73,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     closing(win)
     assert win.models is not None and win.models["draft"] is not None, win.banner.text()
     run_race(qtbot, win)
-    assert set(win.lanes) == {"ar", "vanilla", "medusa"}
+    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle"}
     for name, lane in win.lanes.items():
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()
@@ -86,6 +86,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     assert draft_formatted_chars(win.lanes["ar"]) == 0
     assert "matches the baseline" in win.lanes["vanilla"].match.text()
     assert draft_formatted_chars(win.lanes["medusa"]) > 0
+    assert draft_formatted_chars(win.lanes["eagle"]) > 0
 
 
 def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):

@@ -8,10 +8,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.decoder import Decoder
+from engine.drafters.eagle import EagleDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
+from engine.heads.eagle import load_eagle_head
 from engine.heads.medusa import load_medusa_heads
-from engine.models import BUNDLED_DRAFT, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
+from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
 from engine.train.corpus import stdlib_corpus
 from engine.train.demo import encode_files
 from engine.train.lm import heldout_loss
@@ -90,6 +92,22 @@ def test_bundled_medusa_heads_are_lossless_and_accept(bundled):
         ids = tok(rec["prompt"])["input_ids"]
         ref = Decoder(target, max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids).tokens
         res = Decoder(target, MedusaDrafter(heads), max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids)
+        assert res.tokens == ref, rec["id"]
+        steps += res.summary.steps
+        emitted += sum(len(e.tokens) for e in res.events[1:])
+    assert emitted / steps > 1.5
+
+
+@pytest.mark.slow
+def test_bundled_eagle_head_is_lossless_and_accepts(bundled):
+    target, _, tok = bundled
+    head = load_eagle_head(BUNDLED_EAGLE, target)
+    prompts = [r for r in load_prompt_suite(SUITE)][::20][:4]
+    emitted = steps = 0
+    for rec in prompts:
+        ids = tok(rec["prompt"])["input_ids"]
+        ref = Decoder(target, max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids).tokens
+        res = Decoder(target, EagleDrafter(head), max_new_tokens=32, eos_token_ids=tok.eos_token_id).generate(ids)
         assert res.tokens == ref, rec["id"]
         steps += res.summary.steps
         emitted += sum(len(e.tokens) for e in res.events[1:])

@@ -70,6 +70,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
         "",
         *_medusa_section(evaluation),
+        *_eagle_section(evaluation),
         "## Sample greedy completions (target, float32)",
         "",
     ]
@@ -125,14 +126,51 @@ def _medusa_section(evaluation: dict) -> list[str]:
     return lines
 
 
+def _eagle_section(evaluation: dict) -> list[str]:
+    eg = evaluation.get("eagle")
+    if not eg:
+        return []
+    tr, acc = eg["training"], eg["acceptance"]
+    st = acc["settings"]
+    return [
+        "## EAGLE head (`eagle/`)",
+        "",
+        "One Llama decoder layer (no input norm) over cat(embedding of token t+1, target feature at t), predicting the "
+        "target's next last-hidden-state; the target's frozen embeddings and LM head read tokens from it. Trained by "
+        f"`python main.py train eagle` for {tr['steps']} steps ({tr['tokens']:,} tokens): smooth-L1 on the feature + "
+        "0.1 x cross-entropy against the target's distribution, uniform noise on input features.",
+        "",
+        "| draft depth | held-out top-1 agreement with the target's greedy token |",
+        "|---|---|",
+        *[f"| {a['depth']} | {a['top1']:.3f} |" for a in tr["heldout_accuracy"]],
+        "",
+        f"Greedy EAGLE-2 decoding (top_k {st.get('top_k')}, depth {st.get('depth')}, total_tokens "
+        f"{st.get('total_tokens')}), {acc['dtype']}, up to {acc['max_new_tokens']} new tokens on each of the "
+        f"{acc['prompts']} held-out prompts: mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance "
+        f"rate {acc['acceptance_rate']:.3f}, output identical to plain greedy on every prompt: "
+        f"{acc['outputs_identical_to_plain_greedy']}.",
+        "",
+        "| category | tau |",
+        "|---|---|",
+        *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
+        "",
+    ]
+
+
 def _medusa_reproduce(evaluation: dict) -> list[str]:
     if not evaluation.get("medusa"):
         return []
     tr = evaluation["medusa"]["training"]
-    return [
+    lines = [
         f"python main.py train medusa --target runs/demo/target --heads {tr['heads']} --layers {tr['layers']} "
         f"--steps {tr['steps']} --out runs/demo/medusa"
     ]
+    if evaluation.get("eagle"):
+        lines.append(
+            f"python main.py train eagle --target runs/demo/target --steps {evaluation['eagle']['training']['steps']}"
+            " --out runs/demo/eagle"
+        )
+    return lines
 
 
 def write_card(models: Path) -> str:
@@ -157,6 +195,11 @@ def write_card(models: Path) -> str:
         evaluation["medusa"] = {
             "training": json.loads((models / "medusa" / "training.json").read_text()),
             "acceptance": speculative_acceptance(models, prompts, method="medusa"),
+        }
+    if (models / "eagle" / "training.json").exists():
+        evaluation["eagle"] = {
+            "training": json.loads((models / "eagle" / "training.json").read_text()),
+            "acceptance": speculative_acceptance(models, prompts, method="eagle"),
         }
     (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     card = render_card(training, evaluation)

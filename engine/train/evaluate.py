@@ -49,7 +49,9 @@ def speculative_acceptance(
     from engine.variants import DrafterOptions, build_drafter, load_parts
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
-    parts = load_parts(target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"))
+    parts = load_parts(
+        target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"), eagle=str(models / "eagle")
+    )
     options = DrafterOptions(gamma=gamma, medusa_tree=medusa_tree)
     tok = target.tokenizer
     eos = tok.eos_token_id
