@@ -55,13 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eagle", help="EAGLE head folder (default: the bundled head)")
     g.add_argument(
         "--eagle-mode",
-        default="eagle2",
-        choices=["eagle2", "eagle1"],
-        help="eagle2: dynamic confidence-ranked tree; eagle1: static tree",
+        default="dynamic",
+        choices=["dynamic", "static"],
+        help="dynamic: EAGLE-2's confidence-ranked tree; static: EAGLE-1's fixed tree",
     )
-    g.add_argument("--eagle-top-k", type=int, default=None, help="eagle2: nodes expanded per depth")
+    g.add_argument("--eagle-top-k", type=int, default=None, help="dynamic: nodes expanded per depth")
     g.add_argument("--eagle-depth", type=int, default=None, help="eagle: draft depth")
-    g.add_argument("--eagle-total-tokens", type=int, default=None, help="eagle2: nodes sent to verification")
+    g.add_argument("--eagle-total-tokens", type=int, default=None, help="dynamic: nodes sent to verification")
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
 

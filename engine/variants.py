@@ -22,7 +22,7 @@ class DrafterOptions:
     adaptive: bool = False
     medusa_tree: str = DEFAULT_TREE
     acceptance: str = "exact"  # medusa: exact | typical (greedy at temperature 0 either way)
-    eagle_mode: str = "eagle2"  # eagle2 (dynamic tree) | eagle1 (static tree)
+    eagle_mode: str = "dynamic"  # dynamic (EAGLE-2) | static (EAGLE-1)
     eagle_top_k: int = DEFAULT_TOP_K
     eagle_depth: int = DEFAULT_DEPTH
     eagle_total_tokens: int = DEFAULT_TOTAL
@@ -50,11 +50,11 @@ def build_drafter(
         )
     if method == "medusa":
         return MedusaDrafter(parts["medusa"], tree=opt.medusa_tree, acceptance=opt.acceptance)
-    if opt.eagle_mode not in ("eagle1", "eagle2"):
-        raise GlanceError(f"unknown EAGLE mode '{opt.eagle_mode}': use eagle2 (dynamic tree) or eagle1 (static)")
+    if opt.eagle_mode not in ("dynamic", "static"):
+        raise GlanceError(f"unknown EAGLE mode '{opt.eagle_mode}': use dynamic (EAGLE-2) or static (EAGLE-1)")
     return EagleDrafter(
         parts["eagle"],
-        dynamic=opt.eagle_mode == "eagle2",
+        dynamic=opt.eagle_mode == "dynamic",
         top_k=opt.eagle_top_k,
         depth=opt.eagle_depth,
         total_tokens=opt.eagle_total_tokens,
