@@ -113,22 +113,24 @@ def step_costs(models: Path, dtype: str = "bfloat16") -> dict:
     }
 
 
-def compare_medusa_trees(
-    models: Path, prompts: list[dict], trees: list[str], max_new_tokens: int = 64, dtype: str = "bfloat16"
+def compare_settings(
+    models: Path, prompts: list[dict], method: str, settings: dict, max_new_tokens: int = 64, dtype: str = "bfloat16"
 ) -> dict:
-    """tau and tokens/s of greedy Medusa per tree against plain decoding, same prompts, same process (used to
-    pick the default tree on this CPU; the numbers are written beside DEFAULT_TREE)."""
-    from engine.variants import DrafterOptions, build_drafter, load_parts
+    """tau, tokens/s and speedup of greedy `method` under each named DrafterOptions against plain decoding, same
+    prompts, same process; used to pick defaults on this CPU (the numbers are written beside the defaults)."""
+    from engine.variants import build_drafter, load_parts
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
-    parts = load_parts(target, ["medusa"], medusa=str(models / "medusa"))
+    parts = load_parts(
+        target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"), eagle=str(models / "eagle")
+    )
     eos = target.tokenizer.eos_token_id
     encoded = [target.tokenizer(r["prompt"])["input_ids"] for r in prompts]
     results: dict = {}
-    for name in ["ar", *trees]:
+    for name, options in {"ar": None, **settings}.items():
         tokens = seconds = steps = emitted = 0.0
         for ids in encoded:
-            drafter = None if name == "ar" else build_drafter("medusa", target, parts, DrafterOptions(medusa_tree=name))
+            drafter = None if options is None else build_drafter(method, target, parts, options)
             res = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
             tokens += res.summary.new_tokens
             seconds += res.summary.wall_seconds
