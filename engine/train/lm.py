@@ -72,9 +72,9 @@ def heldout_loss(model: torch.nn.Module, stream: torch.Tensor, seq_len: int = 51
     return total / max(1, n)
 
 
-def _save_checkpoint(path: Path, model, opt, step: int) -> None:
+def _save_checkpoint(path: Path, model, opt, step: int, seconds: float) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "seconds": seconds}, tmp)
     os.replace(tmp, path)  # atomic: a crash leaves the previous checkpoint intact
 
 
@@ -95,12 +95,13 @@ def train_lm(
         betas=(0.9, 0.95),
         fused=False,
     )
-    start = 0
+    start, earlier = 0, 0.0
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = int(state["step"])
+        earlier = float(state.get("seconds", 0.0))  # training time of earlier runs, so resumes add up
     step_fn = torch.compile(model) if cfg.compile and cfg.steps - start > 50 else model
     model.train()
     bar = tqdm(
@@ -128,7 +129,7 @@ def train_lm(
         bar.update(cfg.tokens_per_step)
         bar.set_postfix(loss=f"{ema:.3f}", lr=f"{lr_at(step, cfg):.1e}", refresh=False)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
-            _save_checkpoint(checkpoint, model, opt, step + 1)
+            _save_checkpoint(checkpoint, model, opt, step + 1, earlier + time.time() - t0)
     bar.close()
     model.eval()
     return {
@@ -136,4 +137,5 @@ def train_lm(
         "tokens": cfg.steps * cfg.tokens_per_step,
         "final_train_loss_ema": ema if ema is not None else last,
         "wall_seconds_this_run": round(time.time() - t0, 1),
+        "train_seconds_total": round(earlier + time.time() - t0, 1),
     }

@@ -1,0 +1,56 @@
+"""Take the README's screenshots from the real app: a race on the bundled models, then the step inspector.
+
+QT_QPA_PLATFORM=offscreen python docs/screenshot.py
+"""
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.main_window import MainWindow  # noqa: E402
+
+PROMPT = 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n'
+
+
+def main() -> None:
+    app = QApplication([])
+    tmp = Path(tempfile.mkdtemp())
+    settings = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
+    settings.setValue("max_new", 96)
+    settings.setValue("dtype", "bfloat16")
+    settings.setValue("prompt", PROMPT)
+    win = MainWindow(settings=settings, autosave_dir=tmp)
+    win.resize(1600, 1000)
+    win.show()
+
+    def wait(cond, seconds=300):
+        end = time.time() + seconds
+        while not cond() and time.time() < end:
+            app.processEvents()
+            time.sleep(0.01)
+
+    wait(lambda: win.job is None)
+    win.gen_panel.show_rejected.setChecked(True)
+    win.race()
+    wait(lambda: win.job is None)
+    win._render_frame()
+    app.processEvents()
+    out = Path(__file__).resolve().parent
+    win.grab().save(str(out / "race.png"))
+    lane = win.lanes["eagle"] if "eagle" in win.lanes else next(iter(win.lanes.values()))
+    win.inspect(lane.name, 3)
+    app.processEvents()
+    win.grab().save(str(out / "inspector.png"))
+    win.close()
+
+
+if __name__ == "__main__":
+    main()
