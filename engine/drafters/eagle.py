@@ -25,9 +25,13 @@ EAGLE_25 = [
     (0, 0, 0, 0, 0), (0, 0, 0, 0, 1),
 ]  # fmt: skip
 
-DEFAULT_TOP_K = 6
+# Chosen on this project's 2-core Xeon CPU (bf16, bundled target and head, 12 suite prompts x 48 tokens, greedy;
+# engine/train/evaluate.py compare_settings): top_k/depth/total 4/4/12 tau 3.00, 4/5/16 tau 3.17, 6/5/20 tau 3.12,
+# 8/6/32 tau 3.24, 3/5/10 tau 2.95, static 25-node tree tau 3.02. Wider trees buy little tau and cost verify time on
+# a CPU, where verifying n tokens grows with n; the reference's 10 / 5-7 / 60 suits GPUs.
+DEFAULT_TOP_K = 4
 DEFAULT_DEPTH = 5
-DEFAULT_TOTAL = 20
+DEFAULT_TOTAL = 16
 
 
 class EagleDrafter(Drafter):
