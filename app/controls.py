@@ -30,7 +30,7 @@ from engine.drafters.medusa import DEFAULT_TREE, TREES
 from engine.variants import METHODS
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
-DEFAULT_PROMPT = "def fibonacci(n):\n"
+DEFAULT_PROMPT = "def fibonacci(n):"
 
 
 def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QApplication  # noqa: E402
 
 from app.main_window import MainWindow  # noqa: E402
 
-PROMPT = 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n'
+PROMPT = 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):'
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ from engine.decoder import Decoder
 from engine.models import load_model
 from engine.tree import node_depths
 
-SAMPLE_PROMPTS = [
-    "def fibonacci(n):\n",
-    'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n',
-    "import os\n\n\ndef list_python_files(directory):\n",
+SAMPLE_PROMPTS = [  # no trailing newline: the model writes the line break and indentation as one token
+    "def fibonacci(n):",
+    'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):',
+    "import os\n\n\ndef list_python_files(directory):",
 ]
 
 

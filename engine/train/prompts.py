@@ -1,7 +1,8 @@
 """Build the prompt suite from held-out standard-library files only: code prompts in several categories.
 
-Each record is {id, category, prompt, source, line}. Prompts end at a line break, with a few lines of the file's
-preceding context, so a model trained on the training split continues code it has never seen.
+Each record is {id, category, prompt, source, line}. Prompts end at the end of a line (before its line break),
+with a few lines of the file's preceding context, so a model trained on the training split continues code it has
+never seen.
 """
 
 from __future__ import annotations
@@ -88,8 +89,10 @@ CATEGORIES: dict[str, Finder] = {
 
 
 def _prompt(lines: list[str], end: int) -> str:
+    """The line and its context, without the final line break: byte-level BPE merges a newline with the next
+    line's indentation, so a prompt ending in a bare newline would split a token the model never saw split."""
     start = max(0, end - CONTEXT_LINES)
-    text = "\n".join(lines[start : end + 1]) + "\n"
+    text = "\n".join(lines[start : end + 1])
     return text[-MAX_CHARS:]
 
 
