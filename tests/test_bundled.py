@@ -119,6 +119,7 @@ def test_prompt_suite_is_heldout_and_varied():
     assert len(records) >= 60
     assert len({r["category"] for r in records}) >= 6
     assert len({r["id"] for r in records}) == len(records)
-    heldout = {p.relative_to(stdlib_corpus().root).as_posix() for p in stdlib_corpus().heldout}
+    corpus = stdlib_corpus()
+    heldout = {p.relative_to(corpus.root).as_posix() for p in corpus.heldout}
     assert all(r["source"] in heldout for r in records)
     assert all(r["prompt"].strip() for r in records)
