@@ -5,16 +5,14 @@ input features. Features are computed on the fly from corpus text. Progress bar;
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from engine.heads.eagle import EagleHead
-from engine.train.lm import TrainConfig, lr_at, sample_batch
+from engine.train.heads import frozen_target, head_config, train_head
 from engine.train.medusa import text_stream
 
 NOISE = 0.1  # half-width of the uniform noise added to input features
@@ -81,54 +79,24 @@ def train_eagle(
     seed: int = 0,
 ) -> dict:
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`."""
-    from engine.models import load_model
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    loaded = load_model(target_path, device="cpu", dtype="bfloat16")
+    loaded = frozen_target(target_path)
     target = loaded.model
-    for p in target.parameters():
-        p.requires_grad_(False)
     train, held = text_stream(loaded.tokenizer, data)
     torch.manual_seed(seed)
     head = EagleHead.for_target(target).float()
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    cfg = TrainConfig(
-        total_tokens=steps * batch_size * seq_len,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        lr=lr,
-        min_lr=lr / 10,
-        warmup_steps=20,
-        seed=seed,
-    )
-    ckpt = out / "train_state.pt"
-    start = 0
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)
-        head.load_state_dict(state["head"])
-        opt.load_state_dict(state["opt"])
-        start = int(state["step"])
-    bar = tqdm(total=cfg.steps, initial=start, desc="eagle", unit="step", dynamic_ncols=True, mininterval=2.0)
-    t0, reg, cls = time.time(), float("nan"), float("nan")
-    for step in range(start, cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        batch = sample_batch(train, step, cfg)[:, :-1]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            feats, logits = target_view(target, batch)
-            loss, reg, cls = eagle_loss(head, batch, feats.float(), logits)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        opt.step()
-        bar.update(1)
-        bar.set_postfix(reg=f"{reg:.3f}", cls=f"{cls:.3f}", refresh=False)
-        if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"head": head.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp)
-            os.replace(tmp, ckpt)
-    bar.close()
+    cfg = head_config(steps, batch_size, seq_len, lr, seed)
+
+    def step_loss(batch: torch.Tensor):
+        feats, logits = target_view(target, batch)
+        loss, reg, cls = eagle_loss(head, batch, feats.float(), logits)
+        return loss, {"reg": reg, "cls": cls}
+
+    t0 = time.time()
+    shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", clip=1.0)
+    reg, cls = shown.get("reg", float("nan")), shown.get("cls", float("nan"))
     head.save(out)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         accuracy = depth_accuracy(head, target, held)

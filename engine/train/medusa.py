@@ -5,16 +5,14 @@ checkpoints."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from engine.heads.medusa import MedusaHeads
-from engine.train.lm import TrainConfig, lr_at, sample_batch
+from engine.train.heads import frozen_target, head_config, train_head
 
 
 def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,55 +99,25 @@ def train_medusa(
     seed: int = 0,
 ) -> dict:
     """Train (or resume) Medusa heads for the target and save them in the published layout to `out`."""
-    from engine.models import load_model
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    loaded = load_model(target_path, device="cpu", dtype="bfloat16")
+    loaded = frozen_target(target_path)
     target = loaded.model
-    for p in target.parameters():
-        p.requires_grad_(False)
     train, held = text_stream(loaded.tokenizer, data)
     torch.manual_seed(seed)
     heads = MedusaHeads.for_target(target, num_heads, num_layers, shared_lm_head, base_model=str(target_path))
     heads.float()
-    params = [p for p in heads.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    cfg = TrainConfig(
-        total_tokens=steps * batch_size * seq_len,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        lr=lr,
-        min_lr=lr / 10,
-        warmup_steps=20,
-        seed=seed,
-    )
-    ckpt = out / "train_state.pt"
-    start = 0
-    if ckpt.exists():
-        state = torch.load(ckpt, weights_only=True)
-        heads.load_state_dict(state["heads"])
-        opt.load_state_dict(state["opt"])
-        start = int(state["step"])
-    bar = tqdm(total=cfg.steps, initial=start, desc="medusa", unit="step", dynamic_ncols=True, mininterval=2.0)
-    t0, per_head = time.time(), []
-    for step in range(start, cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg)
-        batch = sample_batch(train, step, cfg)[:, :-1]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden, greedy = target_features(target, batch)
-            loss, per_head = medusa_loss(heads, hidden.float(), greedy)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
-        if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"heads": heads.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp)
-            os.replace(tmp, ckpt)
-    bar.close()
+    opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    cfg = head_config(steps, batch_size, seq_len, lr, seed)
+
+    def step_loss(batch: torch.Tensor):
+        hidden, greedy = target_features(target, batch)
+        loss, per_head = medusa_loss(heads, hidden.float(), greedy)
+        return loss, {"loss": loss.item(), "per_head": per_head}
+
+    t0 = time.time()
+    shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa")
+    per_head = shown.get("per_head", [])
     heads.save(out)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         accuracy = head_accuracy(heads, target, held)
