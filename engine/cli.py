@@ -62,6 +62,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eagle-top-k", type=int, default=None, help="dynamic: nodes expanded per depth")
     g.add_argument("--eagle-depth", type=int, default=None, help="eagle: draft depth")
     g.add_argument("--eagle-total-tokens", type=int, default=None, help="dynamic: nodes sent to verification")
+    g.add_argument("--lookahead-window", type=int, default=None, help="lookahead: window width W")
+    g.add_argument("--lookahead-ngram", type=int, default=None, help="lookahead: n-gram size N (>= 2)")
+    g.add_argument("--lookahead-guesses", type=int, default=None, help="lookahead: n-grams verified per step G")
+    g.add_argument(
+        "--no-context-ngrams",
+        action="store_true",
+        help="lookahead: pool only Jacobi n-grams, not those of the prompt and committed text",
+    )
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
 
@@ -141,14 +149,16 @@ def cmd_generate(args) -> int:
         **access,
     )
     draft = parts.get("draft")
-    eagle_knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
+    knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
+    knobs |= {f"lookahead_{k}": getattr(args, f"lookahead_{k}") for k in ("window", "ngram", "guesses")}
     options = DrafterOptions(
         gamma=args.gamma,
         adaptive=args.adaptive,
         medusa_tree=args.medusa_tree,
         acceptance=args.acceptance,
         eagle_mode=args.eagle_mode,
-        **{k: v for k, v in eagle_knobs.items() if v is not None},
+        lookahead_context=not args.no_context_ngrams,
+        **{k: v for k, v in knobs.items() if v is not None},
     )
     drafter = build_drafter(args.method, target, parts, options)
     tok = target.tokenizer

@@ -22,7 +22,7 @@ from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.metrics import DepthAcceptance
 from engine.sampling import SamplingConfig, logits_to_probs, sample
-from engine.tree import tree_attention_mask, tree_position_ids
+from engine.tree import Draft, tree_attention_mask, tree_position_ids
 from engine.verify import verify
 
 TOP_TOKENS = 5
@@ -76,13 +76,16 @@ class Decoder:
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
-    def _forward(self, ids: torch.Tensor, cache, parents: list[int] | None = None):
-        """Target forward over `ids` [1, S]; with `parents`, ids are [pending] + tree nodes under a tree mask."""
+    def _forward(self, ids: torch.Tensor, cache, draft: Draft | None = None):
+        """Target forward over `ids` [1, S]; with a draft, ids are [pending] + tree nodes + side tokens under the
+        draft's mask and positions."""
         past = cache_length(cache)
         kwargs = {}
-        if parents is not None:
-            kwargs["attention_mask"] = tree_attention_mask(parents, past, self.dtype, self.device)
-            kwargs["position_ids"] = tree_position_ids(parents, past, self.device)
+        if draft is not None and (len(draft) or draft.side_tokens):
+            kwargs["attention_mask"] = tree_attention_mask(
+                draft.parents, past, self.dtype, self.device, draft.side_visible
+            )
+            kwargs["position_ids"] = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
         return self.target(
             input_ids=ids,
             cache=cache,
@@ -167,10 +170,10 @@ class Decoder:
             _sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)
-            ids = torch.tensor([[state.tokens[-1]] + draft.tokens], device=self.device)  # [1, 1 + n]
-            out = self._forward(ids, cache, draft.parents if len(draft) else None)
+            ids = [[state.tokens[-1]] + draft.tokens + draft.side_tokens]
+            out = self._forward(torch.tensor(ids, device=self.device), cache, draft)  # over [1, 1 + n + m]
             forwards += 1
-            logits = out.logits[0].float()  # [1 + n, V]
+            logits = out.logits[0, : 1 + len(draft)].float()  # [1 + n, V]: side rows are the drafter's
             verdict = verify(draft, logits, self.sampling, gen)
             compact_tail(cache, past, [0] + [1 + i for i in verdict.accepted])
             emitted = [draft.tokens[i] for i in verdict.accepted] + [verdict.bonus]

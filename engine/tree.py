@@ -3,6 +3,10 @@
 Node i has token `tokens[i]` and parent `parents[i]` (-1 = the root, i.e. the pending token whose KV is not yet
 cached). The verifying forward runs over [root] + nodes, so row 0 of its output belongs to the root and row i + 1
 to node i. A chain is a tree whose node i has parent i - 1; plain decoding is the empty tree.
+
+A draft may also carry a side branch (lookahead's Jacobi window): m more tokens appended after the nodes, run in the
+same forward under their own mask and positions, never visible to the nodes (nor the nodes to them), never verified,
+and dropped from the cache by compaction. Rows 1 + n .. 1 + n + m of the output belong to them.
 """
 
 from __future__ import annotations
@@ -21,6 +25,11 @@ class Draft:
     # Draft distribution each node was sampled from, [n, V], only when tokens were sampled (Leviathan's rule applies).
     q_probs: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
+    # Side branch: tokens, positions relative to the root, and which side tokens each may see ([m, m] bool);
+    # every side token also sees the cache and the root.
+    side_tokens: list[int] = field(default_factory=list)
+    side_offsets: list[int] = field(default_factory=list)
+    side_visible: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.parents):
@@ -28,6 +37,11 @@ class Draft:
         for i, p in enumerate(self.parents):
             if not -1 <= p < i:
                 raise ValueError(f"node {i} has parent {p}: parents must precede their children")
+        m = len(self.side_tokens)
+        if len(self.side_offsets) != m:
+            raise ValueError("side tokens and side offsets must have the same length")
+        if m and (self.side_visible is None or tuple(self.side_visible.shape) != (m, m)):
+            raise ValueError(f"a side branch of {m} tokens needs an [{m}, {m}] visibility matrix")
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -80,15 +94,33 @@ def ancestor_matrix(parents: list[int]) -> torch.Tensor:
     return visible
 
 
-def tree_attention_mask(parents: list[int], past_len: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """Additive mask [1, 1, 1 + n, past_len + 1 + n]: 0 where visible, dtype-min elsewhere (eager misreads bools)."""
-    visible = torch.cat([torch.ones(len(parents) + 1, past_len, dtype=torch.bool), ancestor_matrix(parents)], dim=1)
+def draft_visibility(parents: list[int], side_visible: torch.Tensor | None = None) -> torch.Tensor:
+    """[1 + n + m, 1 + n + m] bool over root, nodes and side tokens: the tree's ancestor matrix, and a side block
+    that sees the root and its own visible side tokens only."""
+    tree = ancestor_matrix(parents)
+    if side_visible is None or side_visible.numel() == 0:
+        return tree
+    n1, m = tree.shape[0], side_visible.shape[0]
+    visible = torch.zeros(n1 + m, n1 + m, dtype=torch.bool)
+    visible[:n1, :n1] = tree
+    visible[n1:, 0] = True
+    visible[n1:, n1:] = side_visible
+    return visible
+
+
+def tree_attention_mask(
+    parents: list[int], past_len: int, dtype: torch.dtype, device, side_visible: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Additive mask [1, 1, S, past_len + S] (S = 1 + n + m): 0 where visible, dtype-min elsewhere (eager misreads
+    bools)."""
+    block = draft_visibility(parents, side_visible)
+    visible = torch.cat([torch.ones(block.shape[0], past_len, dtype=torch.bool), block], dim=1)
     mask = torch.zeros(visible.shape, dtype=dtype)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None].to(device)
 
 
-def tree_position_ids(parents: list[int], past_len: int, device) -> torch.Tensor:
-    """[1, 1 + n]: the root sits at past_len, each node at past_len + its depth."""
-    depths = node_depths(parents)
+def tree_position_ids(parents: list[int], past_len: int, device, side_offsets: list[int] | None = None) -> torch.Tensor:
+    """[1, 1 + n + m]: the root sits at past_len, each node at past_len + its depth, side tokens at their offsets."""
+    depths = node_depths(parents) + list(side_offsets or [])
     return torch.tensor([[past_len] + [past_len + d for d in depths]], device=device)

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from engine.drafters.autoregressive import AutoregressiveDrafter
 from engine.drafters.base import Drafter
 from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL, EagleDrafter
+from engine.drafters.lookahead import DEFAULT_GUESSES, DEFAULT_NGRAM, DEFAULT_WINDOW, LookaheadDrafter
 from engine.drafters.medusa import DEFAULT_TREE, MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
 from engine.models import LoadedModel, check_same_vocabulary, load_model
 
-METHODS = ("ar", "vanilla", "medusa", "eagle")
+METHODS = ("ar", "vanilla", "medusa", "eagle", "lookahead")
 NEEDS = {"vanilla": "draft", "medusa": "medusa", "eagle": "eagle"}  # the part each method needs besides the target
 
 
@@ -26,6 +27,10 @@ class DrafterOptions:
     eagle_top_k: int = DEFAULT_TOP_K
     eagle_depth: int = DEFAULT_DEPTH
     eagle_total_tokens: int = DEFAULT_TOTAL
+    lookahead_window: int = DEFAULT_WINDOW
+    lookahead_ngram: int = DEFAULT_NGRAM
+    lookahead_guesses: int = DEFAULT_GUESSES
+    lookahead_context: bool = True  # also pool the n-grams of the prompt and committed text
 
 
 def build_drafter(
@@ -50,6 +55,13 @@ def build_drafter(
         )
     if method == "medusa":
         return MedusaDrafter(parts["medusa"], tree=opt.medusa_tree, acceptance=opt.acceptance)
+    if method == "lookahead":
+        return LookaheadDrafter(
+            window=opt.lookahead_window,
+            ngram=opt.lookahead_ngram,
+            guesses=opt.lookahead_guesses,
+            context_ngrams=opt.lookahead_context,
+        )
     if opt.eagle_mode not in ("dynamic", "static"):
         raise GlanceError(f"unknown EAGLE mode '{opt.eagle_mode}': use dynamic (EAGLE-2) or static (EAGLE-1)")
     return EagleDrafter(

@@ -69,8 +69,9 @@ def test_eagle_exact_sampling_matches_target():
     counts = torch.zeros(V)
     n = 1000
     for seed in range(n):
-        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=2).generate(prompt)
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=5).generate(prompt)
         counts[res.tokens[1]] += 1
+        assert len(res.events[1].draft_tokens) >= 2  # depth-1 candidates went through the candidate rule
     with torch.no_grad():
         p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
         nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)

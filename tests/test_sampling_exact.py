@@ -1,7 +1,8 @@
 """Sampling through the whole loop: vanilla at temperature 1 emits tokens distributed exactly as the target's.
 
 The prefill token is sampled from the target directly, so the check is on the second token, which comes out of a
-verification step; its exact marginal is sum_a p(a | prompt) p(b | prompt, a), computed from the target.
+verification step (max_new_tokens=3 leaves that step a one-token draft; with 2 it would draft nothing); its exact
+marginal is sum_a p(a | prompt) p(b | prompt, a), computed from the target.
 """
 
 import torch
@@ -30,8 +31,9 @@ def test_vanilla_sampling_matches_target_distribution():
     counts = torch.zeros(V)
     n = 1000
     for seed in range(n):
-        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=2).generate(PROMPT)
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=3).generate(PROMPT)
         counts[res.tokens[1]] += 1
+        assert len(res.events[1].draft_tokens) == 1  # the second token went through Leviathan's rule
     expected = exact_second_token(target)
     with torch.no_grad():  # the draft must disagree with the target, or any rule would pass
         p = torch.softmax(target(input_ids=torch.tensor([PROMPT])).logits[0, -1], -1)

@@ -1,0 +1,217 @@
+"""Lookahead decoding (Fu et al. 2024): no draft model, no training.
+
+Each step is one target forward over two branches. The lookahead branch holds a 2D window of N - 1 levels of W
+guessed tokens; one forward advances it by a Jacobi iteration: token (level l, column c) sits at root + 1 + c + l
+and sees the oldest level up to column c and the levels 1..l of its own column, so its column reads as one
+contiguous guessed continuation, and the newest level's outputs are the next guesses. Each column then yields an
+N-gram (the column top to bottom plus the new guess), pooled under its first token. The verification branch holds
+up to G pooled N-grams starting with the pending token, merged into a trie and verified like any draft tree
+(deterministic candidates, q = 1). The side branch never sees the trie nor the trie the side branch, and compaction
+drops the whole window from the cache, so output is exactly the target's.
+
+The window starts as W random prompt tokens (one level, as the reference does) and grows a level per step until it
+has N - 1; n-grams are harvested once it is full. With `context_ngrams` on, the pool is also fed the n-grams of the
+prompt and of every committed token (prompt lookup over the running text).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+import torch
+
+from engine.drafters.base import DecodeState, Drafter
+from engine.errors import GlanceError
+from engine.tree import Draft
+
+# Chosen by measurement on this project's 2-core Xeon (bf16, bundled target, greedy; see `compare_settings` in
+# engine/train/evaluate.py and the note in DEFAULTS_MEASURED below).
+DEFAULT_WINDOW = 4
+DEFAULT_NGRAM = 3
+DEFAULT_GUESSES = 4
+DEFAULT_POOL_CAPACITY = 8
+DEFAULTS_MEASURED = "pending"
+
+
+class NgramPool:
+    """N-grams keyed by their first token; per key at most `capacity` continuations, least recently used evicted."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.by_key: dict[int, OrderedDict[tuple[int, ...], None]] = {}
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_key.values())
+
+    def add(self, gram: tuple[int, ...]) -> None:
+        """Insert (or refresh) an n-gram given as (first token, continuation...)."""
+        key, rest = gram[0], tuple(gram[1:])
+        if not rest:
+            return
+        bucket = self.by_key.setdefault(key, OrderedDict())
+        if rest in bucket:
+            bucket.move_to_end(rest)
+            return
+        bucket[rest] = None
+        if len(bucket) > self.capacity:
+            bucket.popitem(last=False)
+
+    def touch(self, key: int, rest: tuple[int, ...]) -> None:
+        bucket = self.by_key.get(key)
+        if bucket is not None and rest in bucket:
+            bucket.move_to_end(rest)
+
+    def lookup(self, key: int, limit: int) -> list[tuple[int, ...]]:
+        """Up to `limit` continuations of `key`, most recently used first."""
+        bucket = self.by_key.get(key)
+        if not bucket or limit <= 0:
+            return []
+        return list(reversed(bucket))[:limit]
+
+
+def ngram_trie(continuations: list[tuple[int, ...]]) -> tuple[list[int], list[int], list[int]]:
+    """Merge continuations into a trie: (tokens, parents, node that ends each continuation)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    index: dict[tuple[int, int], int] = {}
+    ends: list[int] = []
+    for cont in continuations:
+        node = -1
+        for tok in cont:
+            key = (node, tok)
+            if key not in index:
+                index[key] = len(tokens)
+                tokens.append(tok)
+                parents.append(node)
+            node = index[key]
+        ends.append(node)
+    return tokens, parents, ends
+
+
+def window_layout(levels: int, width: int) -> tuple[list[int], torch.Tensor]:
+    """Offsets from the root and the [L*W, L*W] visibility of a window of `levels` x `width` tokens, flattened
+    level by level: (l, c) sits at 1 + c + l and sees (0, c') for c' <= c and (l', c) for 1 <= l' <= l."""
+    m = levels * width
+    offsets = [1 + c + lvl for lvl in range(levels) for c in range(width)]
+    visible = torch.zeros(m, m, dtype=torch.bool)
+    for lvl in range(levels):
+        for c in range(width):
+            row = lvl * width + c
+            visible[row, : c + 1] = True  # the oldest level up to this column
+            for up in range(1, lvl + 1):
+                visible[row, up * width + c] = True  # this column in the newer levels, itself included
+    return offsets, visible
+
+
+class LookaheadDrafter(Drafter):
+    name = "lookahead"
+
+    def __init__(
+        self,
+        window: int = DEFAULT_WINDOW,
+        ngram: int = DEFAULT_NGRAM,
+        guesses: int = DEFAULT_GUESSES,
+        pool_capacity: int = DEFAULT_POOL_CAPACITY,
+        context_ngrams: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if window < 1:
+            raise GlanceError(f"the lookahead window must be at least 1 (got {window})")
+        if ngram < 2:
+            raise GlanceError(f"the lookahead n-gram size must be at least 2 (got {ngram})")
+        if guesses < 0:
+            raise GlanceError(f"lookahead guesses must be >= 0 (got {guesses})")
+        if pool_capacity < 1:
+            raise GlanceError(f"the n-gram pool capacity must be at least 1 (got {pool_capacity})")
+        self.window, self.ngram, self.guesses = window, ngram, guesses
+        self.pool_capacity = pool_capacity
+        self.context_ngrams = context_ngrams
+        self.seed = seed
+        self.reset()
+
+    def reset(self) -> None:
+        self.pool = NgramPool(self.pool_capacity)
+        self.levels: list[list[int]] = []
+        self.layout: dict[int, tuple[list[int], torch.Tensor]] = {}
+        self.guess_steps = 0  # steps that verified at least one n-gram
+        self.hit_steps = 0  # ... of which at least one token was accepted
+        self.verify_steps = 0
+        self._fed = 0  # committed tokens already fed to the pool
+
+    def begin(self, state: DecodeState) -> None:
+        rng = random.Random(self.seed)
+        prompt = state.tokens[: state.prompt_len]
+        self.levels = [[rng.choice(prompt) for _ in range(self.window)]]
+        self._fed = 0
+        self._feed_context(state)
+
+    def _feed_context(self, state: DecodeState) -> None:
+        """Pool the n-grams of committed text not yet seen (prompt lookup over the running text)."""
+        if not self.context_ngrams:
+            return
+        toks, n = state.tokens, self.ngram
+        for start in range(max(0, self._fed - n + 1), len(toks) - n + 1):
+            self.pool.add(tuple(toks[start : start + n]))
+        self._fed = len(toks)
+
+    @torch.no_grad()
+    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
+        if self.guesses == 0:  # nothing would ever be verified: plain decoding, no window either
+            return Draft()
+        conts = self.pool.lookup(state.tokens[-1], self.guesses)
+        conts = [c[:max_tokens] for c in conts if max_tokens > 0]
+        tokens, parents, _ = ngram_trie(conts)
+        levels = len(self.levels)
+        if levels not in self.layout:
+            self.layout[levels] = window_layout(levels, self.window)
+        offsets, visible = self.layout[levels]
+        self.verify_steps += 1
+        if conts:
+            self.guess_steps += 1
+        meta = {
+            "window": [list(level) for level in self.levels],
+            "ngrams": [[state.tokens[-1], *c] for c in conts],
+            "pool_size": len(self.pool),
+        }
+        side = [tok for level in self.levels for tok in level]
+        return Draft(tokens, parents, meta=meta, side_tokens=side, side_offsets=offsets, side_visible=visible)
+
+    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        if not draft.side_tokens:
+            return
+        if draft.tokens and accepted:
+            self.hit_steps += 1
+        n1 = 1 + len(draft)
+        width, levels = self.window, len(self.levels)
+        newest = state.target_out.logits[0, n1 + (levels - 1) * width : n1 + levels * width]  # [W, V]
+        guesses = newest.argmax(-1).tolist()
+        if levels == self.ngram - 1:  # full window: harvest one n-gram per column, then slide
+            for c in range(width):
+                self.pool.add(tuple(level[c] for level in self.levels) + (guesses[c],))
+            self.levels = self.levels[1:] + [guesses]
+        else:
+            self.levels.append(guesses)
+        if accepted:  # the accepted n-gram proved useful: keep it
+            path = tuple(draft.tokens[i] for i in accepted)
+            for gram in draft.meta.get("ngrams", []):
+                if tuple(gram[1 : 1 + len(path)]) == path:
+                    self.pool.touch(gram[0], tuple(gram[1:]))
+        self._feed_context(state)
+
+    def stats(self) -> dict:
+        return {
+            "pool_size": len(self.pool),
+            "hit_rate": self.hit_steps / self.guess_steps if self.guess_steps else 0.0,
+            "guess_rate": self.guess_steps / self.verify_steps if self.verify_steps else 0.0,
+        }
+
+    def settings(self) -> dict:
+        return {
+            "window": self.window,
+            "ngram": self.ngram,
+            "guesses": self.guesses,
+            "pool_capacity": self.pool_capacity,
+            "context_ngrams": self.context_ngrams,
+            **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.stats().items()},
+        }

@@ -1,0 +1,133 @@
+"""Lookahead decoding: the combined mask, lossless greedy output, exact sampling, and a cache holding only commits."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from engine.cache import cache_length
+from engine.decoder import Decoder
+from engine.drafters.lookahead import LookaheadDrafter, NgramPool, ngram_trie, window_layout
+from engine.errors import GlanceError
+from engine.sampling import SamplingConfig
+from engine.tree import draft_visibility, tree_position_ids
+from tests.conftest import ARCHS, tiny_model
+from tests.test_lossless import NEW, PROMPTS, reference
+
+# A prompt that repeats itself, so pooled n-grams match and the verification branch gets exercised.
+LOOPY = [5, 9, 14, 5, 9, 14, 22, 5, 9, 31, 14, 22, 5]
+
+
+def brute_force_visibility(parents, levels, width):
+    """Who sees whom, from the branches' definitions: a node sees the root, itself and its ancestors; window token
+    (l, c) sees the root, oldest-level tokens in columns <= c and column c's tokens of levels 1..l; nothing else."""
+    n, m = len(parents), levels * width
+    size = 1 + n + m
+
+    def ancestors(i):
+        out = {i}
+        while parents[i] >= 0:
+            i = parents[i]
+            out.add(i)
+        return out
+
+    def window_sees(lvl, c, lvl2, c2):
+        return (lvl2 == 0 and c2 <= c) or (1 <= lvl2 <= lvl and c2 == c)
+
+    vis = torch.zeros(size, size, dtype=torch.bool)
+    for r in range(size):
+        for k in range(size):
+            if k == 0:
+                vis[r, k] = True
+            elif 1 <= r <= n and 1 <= k <= n:
+                vis[r, k] = (k - 1) in ancestors(r - 1)
+            elif r > n and k > n:
+                (l1, c1), (l2, c2) = divmod(r - 1 - n, width), divmod(k - 1 - n, width)
+                vis[r, k] = window_sees(l1, c1, l2, c2)
+    return vis
+
+
+@pytest.mark.parametrize("levels,width", [(1, 1), (1, 4), (2, 3), (3, 5)])
+def test_combined_mask_matches_brute_force(levels, width):
+    tokens, parents, _ = ngram_trie([(4, 5), (4, 6), (7, 8), (4, 5, 9)])
+    assert tokens == [4, 5, 6, 7, 8, 9] and parents == [-1, 0, 0, -1, 3, 1]
+    offsets, side = window_layout(levels, width)
+    assert torch.equal(draft_visibility(parents, side), brute_force_visibility(parents, levels, width))
+    # A window token's position is the length of the sequence it sees: each column is one contiguous continuation.
+    assert offsets == [int(row.sum()) for row in side]
+    pos = tree_position_ids(parents, 10, "cpu", offsets)[0].tolist()
+    assert pos[: 1 + len(tokens)] == [10, 11, 12, 12, 11, 12, 13]
+
+
+def test_pool_evicts_least_recently_used():
+    pool = NgramPool(capacity=2)
+    pool.add((1, 2, 3))
+    pool.add((1, 4, 5))
+    pool.touch(1, (2, 3))  # now (4, 5) is the least recently used
+    pool.add((1, 6, 7))
+    assert pool.lookup(1, 5) == [(6, 7), (2, 3)]
+    assert pool.lookup(2, 5) == [] and len(pool) == 2
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize(
+    "window,ngram,guesses,context",
+    [(4, 2, 3, True), (3, 3, 4, False), (5, 4, 6, True), (2, 5, 2, True), (4, 3, 0, True)],
+)
+def test_lookahead_greedy_is_lossless(arch, window, ngram, guesses, context):
+    target = tiny_model(arch, seed=0, sharpen=4.0)
+    accepted = 0
+    for prompt in PROMPTS + [LOOPY]:
+        drafter = LookaheadDrafter(window, ngram, guesses, context_ngrams=context)
+        res = Decoder(target, drafter, max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == reference(target, prompt), (prompt, res.tokens)
+        accepted += sum(len(e.accepted_nodes) for e in res.events)
+        if guesses == 0:  # reduces to plain decoding: one token per forward, no window in the forward
+            assert res.summary.target_forwards == NEW
+            assert all(not e.draft_tokens for e in res.events)
+    if guesses and context:
+        assert accepted > 0  # n-grams were verified and accepted: the speculative path ran
+
+
+class CacheCheckingDrafter(LookaheadDrafter):
+    """Records, after every step, the target cache length against the committed tokens."""
+
+    def update(self, state, draft, accepted):
+        self.lengths.append((cache_length(state.target_out.cache), len(state.tokens) - 1))
+        super().update(state, draft, accepted)
+
+
+def test_cache_holds_only_committed_tokens():
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    drafter = CacheCheckingDrafter(window=5, ngram=4, guesses=5)
+    drafter.lengths = []
+    res = Decoder(target, drafter, max_new_tokens=NEW).generate(LOOPY)
+    assert res.tokens == reference(target, LOOPY)
+    assert any(e.draft_tokens for e in res.events) and len(drafter.lengths) == res.summary.steps
+    assert all(cached == committed for cached, committed in drafter.lengths), drafter.lengths
+
+
+def test_lookahead_exact_sampling_matches_target():
+    """Second token's distribution, when it comes out of verifying pooled n-grams (prompt n-grams cover every key)."""
+    V = 12
+    prompt = [3, 7, 1, 0, 5, 2, 9, 4, 11, 6, 8, 10, 3, 1, 7, 0, 2, 5, 4, 9, 6, 11, 10, 8, 3]
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    counts = torch.zeros(V)
+    n, drafted = 1000, 0
+    for seed in range(n):
+        drafter = LookaheadDrafter(window=3, ngram=3, guesses=3, seed=seed)
+        dec = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=3)
+        res = dec.generate(prompt)
+        counts[res.tokens[1]] += 1
+        drafted += bool(res.events[1].draft_tokens)
+    assert drafted > 0.9 * n  # the second token nearly always went through the candidate rule
+    with torch.no_grad():
+        p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)
+    expected = p0 @ nxt
+    assert chisquare(counts.numpy(), expected.numpy() * n).pvalue > 1e-3
+
+
+def test_bad_settings_fail_clearly():
+    for kwargs, word in (({"window": 0}, "window"), ({"ngram": 1}, "n-gram"), ({"guesses": -1}, "guesses")):
+        with pytest.raises(GlanceError, match=word):
+            LookaheadDrafter(**kwargs)
