@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
 
 from app.theme import RESOURCES
 from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL
+from engine.drafters.lookahead import DEFAULT_GUESSES, DEFAULT_NGRAM, DEFAULT_WINDOW
 from engine.drafters.medusa import DEFAULT_TREE, TREES
 from engine.variants import METHODS
 
@@ -158,6 +159,20 @@ class SettingsPanel(QGroupBox):
         self.eagle_total = QSpinBox()
         self.eagle_total.setRange(1, 128)
         self.eagle_total.setValue(DEFAULT_TOTAL)
+        self.lookahead_window = QSpinBox()
+        self.lookahead_window.setRange(1, 32)
+        self.lookahead_window.setValue(DEFAULT_WINDOW)
+        self.lookahead_window.setToolTip("W: window width (Jacobi guesses per level)")
+        self.lookahead_ngram = QSpinBox()
+        self.lookahead_ngram.setRange(2, 8)
+        self.lookahead_ngram.setValue(DEFAULT_NGRAM)
+        self.lookahead_ngram.setToolTip("N: n-gram size (the window keeps N - 1 levels)")
+        self.lookahead_guesses = QSpinBox()
+        self.lookahead_guesses.setRange(0, 32)
+        self.lookahead_guesses.setValue(DEFAULT_GUESSES)
+        self.lookahead_guesses.setToolTip("G: pooled n-grams verified per step (0: plain decoding)")
+        self.lookahead_context = QCheckBox("lookahead: pool prompt and output n-grams too")
+        self.lookahead_context.setChecked(True)
         self.sequential = QCheckBox("sequential (benchmark) mode")
         self.show_rejected = QCheckBox("show rejected draft tokens")
         self.run_one = QComboBox()
@@ -179,6 +194,8 @@ class SettingsPanel(QGroupBox):
         form.addRow("medusa acceptance", self.acceptance)
         form.addRow("eagle mode", self.eagle_mode)
         form.addRow("eagle top-k / depth / total", _row(self.eagle_top_k, self.eagle_depth, self.eagle_total))
+        form.addRow("lookahead W / N / G", _row(self.lookahead_window, self.lookahead_ngram, self.lookahead_guesses))
+        form.addRow(self.lookahead_context)
         form.addRow(self.sequential)
         form.addRow(self.show_rejected)
         form.addRow("run one", self.run_one)
@@ -210,6 +227,11 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("seed", gen.seed.value())
     settings.setValue("gamma", gen.gamma.value())
     settings.setValue("adaptive", gen.adaptive.isChecked())
+    settings.setValue(
+        "lookahead",
+        f"{gen.lookahead_window.value()},{gen.lookahead_ngram.value()},"
+        f"{gen.lookahead_guesses.value()},{int(gen.lookahead_context.isChecked())}",
+    )
     settings.setValue("sequential", gen.sequential.isChecked())
     settings.setValue("show_rejected", gen.show_rejected.isChecked())
     settings.setValue("methods", ",".join(gen.chosen_methods()))
@@ -241,6 +263,14 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.seed.setValue(get("seed", 0, int))
     gen.gamma.setValue(get("gamma", 4, int))
     gen.adaptive.setChecked(get("adaptive", False, bool))
+    try:
+        w, n, g, c = (int(v) for v in get("lookahead", "").split(","))
+        gen.lookahead_window.setValue(w)
+        gen.lookahead_ngram.setValue(n)
+        gen.lookahead_guesses.setValue(g)
+        gen.lookahead_context.setChecked(bool(c))
+    except ValueError:
+        pass  # nothing saved yet: keep the defaults
     gen.sequential.setChecked(get("sequential", False, bool))
     gen.show_rejected.setChecked(get("show_rejected", False, bool))
     chosen = get("methods", ",".join(METHODS)).split(",")

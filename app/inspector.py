@@ -67,4 +67,15 @@ class StepInspector(QWidget):
         items[last].addChild(
             QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), "target's own token", ""])
         )
+        if "window" in ev.extra:  # lookahead: the Jacobi window fed to this step and the n-grams it verified
+            window = QTreeWidgetItem(["window", f"{len(ev.extra['window'])} levels", "", "lookahead branch", ""])
+            for lvl, level in enumerate(ev.extra["window"]):
+                window.addChild(
+                    QTreeWidgetItem([f"level {lvl}", "", "", "", "  ".join(repr(decode(t)) for t in level)])
+                )
+            grams = QTreeWidgetItem(["n-grams", str(len(ev.extra.get("ngrams", []))), "", "verified", ""])
+            for gram in ev.extra.get("ngrams", []):
+                grams.addChild(QTreeWidgetItem(["", "", "", "", " ".join(repr(decode(t)) for t in gram)]))
+            self.tree.addTopLevelItem(window)
+            self.tree.addTopLevelItem(grams)
         self.tree.expandAll()

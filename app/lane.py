@@ -26,6 +26,9 @@ class LaneStats:
     clock: float = 0.0
     tokens: list[int] = field(default_factory=list)
     summary: RunSummary | None = None
+    pool_size: int | None = None  # lookahead: n-grams pooled, steps that verified some, steps that accepted some
+    guess_steps: int = 0
+    hit_steps: int = 0
 
     def add(self, ev: StepEvent) -> None:
         self.tokens.extend(ev.tokens)
@@ -35,6 +38,16 @@ class LaneStats:
             self.step_tokens += len(ev.tokens)
             self.accepted += len(ev.accepted_nodes)
             self.proposed_depth += max(node_depths(ev.draft_parents), default=0)
+        if "pool_size" in ev.extra:
+            self.pool_size = ev.extra["pool_size"]
+            if ev.extra.get("ngrams"):
+                self.guess_steps += 1
+                self.hit_steps += bool(ev.accepted_nodes)
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Lookahead: of the steps that verified pooled n-grams, the share that accepted at least one token."""
+        return self.hit_steps / self.guess_steps if self.guess_steps else None
 
     @property
     def tau(self) -> float:
@@ -180,6 +193,9 @@ class LaneWidget(QFrame):
         parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {s.tau:.2f}", f"acc {acc}", f"{s.new_tokens} tok"]
         if baseline is not None and baseline is not self and baseline.stats.tokens_per_second > 0:
             parts.append(f"{s.tokens_per_second / baseline.stats.tokens_per_second:.2f}x")
+        if s.pool_size is not None:
+            hit = "–" if s.hit_rate is None else f"{s.hit_rate:.0%}"
+            parts.append(f"pool {s.pool_size} · hit {hit}")
         if s.summary is not None:
             parts.append(s.summary.stop_reason)
             if s.summary.approximate:

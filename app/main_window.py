@@ -280,6 +280,10 @@ class MainWindow(QMainWindow):
             eagle_top_k=g.eagle_top_k.value(),
             eagle_depth=g.eagle_depth.value(),
             eagle_total_tokens=g.eagle_total.value(),
+            lookahead_window=g.lookahead_window.value(),
+            lookahead_ngram=g.lookahead_ngram.value(),
+            lookahead_guesses=g.lookahead_guesses.value(),
+            lookahead_context=g.lookahead_context.isChecked(),
         )
         interleaved = not g.sequential.isChecked()
         self.run_settings = {

@@ -73,7 +73,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     closing(win)
     assert win.models is not None and win.models["draft"] is not None, win.banner.text()
     run_race(qtbot, win)
-    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle"}
+    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "lookahead"}
     for name, lane in win.lanes.items():
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()
@@ -87,6 +87,13 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     assert "matches the baseline" in win.lanes["vanilla"].match.text()
     assert draft_formatted_chars(win.lanes["medusa"]) > 0
     assert draft_formatted_chars(win.lanes["eagle"]) > 0
+    lookahead = win.lanes["lookahead"]
+    assert draft_formatted_chars(lookahead) > 0 and "matches the baseline" in lookahead.match.text()
+    assert f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text() and lookahead.stats.pool_size > 0
+    step = next(e.step for e in lookahead.events if e.extra.get("ngrams"))
+    win.inspect("lookahead", step)
+    labels = [win.inspector.tree.topLevelItem(i).text(0) for i in range(win.inspector.tree.topLevelItemCount())]
+    assert labels == ["pending", "window", "n-grams"]
 
 
 def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):
@@ -119,7 +126,7 @@ def test_stop_mid_race_keeps_partial_results(qtbot, tmp_path, model_folders, clo
         assert 0 < lane.stats.summary.new_tokens < 2000
         assert lane.text()
     log = win.log_path.read_text().splitlines()
-    assert sum('"type":"summary"' in line for line in log) == 2  # partial runs are in the log too
+    assert sum('"type":"summary"' in line for line in log) == len(win.lanes)  # partial runs are logged too
 
 
 def test_close_mid_race_leaves_no_thread(qtbot, tmp_path, model_folders):

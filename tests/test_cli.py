@@ -116,3 +116,14 @@ def test_exit_code_in_a_real_process(tmp_path):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.strip().count("\n") == 0
+
+
+def test_lookahead_knobs(model_folders, capsys):
+    common = ["--target", str(model_folders["target"]), "--prompt", "def add(a, b):", "--max-new-tokens", "12"]
+    common += ["--dtype", "float32"]
+    ar = run_json(capsys, "--method", "ar", *common)
+    knobs = ["--lookahead-window", "3", "--lookahead-ngram", "3", "--lookahead-guesses", "2"]
+    out = run_json(capsys, "--method", "lookahead", *knobs, *common)
+    assert out["token_ids"] == ar["token_ids"]
+    assert {"window": 3, "ngram": 3, "guesses": 2, "context_ngrams": True}.items() <= out["settings"].items()
+    _bad(capsys, ["--method", "lookahead", "--lookahead-ngram", "1", *common], "n-gram size must be at least 2")
