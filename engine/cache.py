@@ -64,3 +64,17 @@ def compact_tail(cache, start: int, offsets: list[int]) -> None:
         tail_v = layer.values.index_select(-2, index)
         layer.keys = torch.cat([layer.keys[..., :start, :], tail_k], dim=-2)
         layer.values = torch.cat([layer.values[..., :start, :], tail_v], dim=-2)
+
+
+def gather_rows(cache, index: torch.Tensor) -> None:
+    """Batched compaction: row b keeps positions index[b] (ascending; pad entries point anywhere and stay masked).
+    index: [B, L] long."""
+    layers = _editable_layers(cache)
+    if not layers:
+        return
+    index = index.to(layers[0].keys.device)
+    for layer in layers:
+        b, h, _, d = layer.keys.shape
+        idx = index[:, None, :, None].expand(b, h, index.shape[1], d)  # [B, H, L, D]
+        layer.keys = layer.keys.gather(2, idx)
+        layer.values = layer.values.gather(2, idx)

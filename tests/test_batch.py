@@ -1,0 +1,69 @@
+"""Batched decoding: every row of every variant equals its own unbatched plain greedy decoding, with prompts of
+different lengths, rows that advance by different amounts and rows that stop early."""
+
+import pytest
+
+from engine.batch import BatchDecoder
+from engine.drafters.eagle import EagleDrafter
+from engine.drafters.lookahead import LookaheadDrafter
+from engine.drafters.medusa import MedusaDrafter
+from engine.drafters.vanilla import VanillaDrafter
+from tests.conftest import perturbed_copy, tiny_model
+from tests.test_eagle import random_head
+from tests.test_lookahead import LOOPY
+from tests.test_lossless import reference
+from tests.test_medusa import random_heads
+
+NEW = 16
+PROMPTS = [[1, 2, 3], [17, 5, 60, 33, 8, 8, 41], [90], LOOPY, [4, 4, 4, 4], [50, 51], [7, 70, 7, 70, 7], [33] * 9]
+
+
+def makers(target):
+    draft = perturbed_copy(target, 0.3)
+    heads = random_heads(target)
+    head = random_head(target)
+    return {
+        "ar": None,
+        "vanilla": lambda: VanillaDrafter(draft, gamma=3),
+        "medusa": lambda: MedusaDrafter(heads, "cpu_16"),
+        "eagle": lambda: EagleDrafter(head, top_k=3, depth=3, total_tokens=8),
+        "lookahead": lambda: LookaheadDrafter(window=3, ngram=3, guesses=3),
+    }
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def setup(request):
+    target = tiny_model(request.param, seed=0, sharpen=4.0)
+    refs = {tuple(p): reference(target, p)[:NEW] for p in PROMPTS}
+    return target, makers(target), refs
+
+
+@pytest.mark.parametrize("method", ["ar", "vanilla", "medusa", "eagle", "lookahead"])
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_every_row_is_lossless(setup, method, batch):
+    target, make, refs = setup
+    prompts = PROMPTS[:batch]
+    res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(prompts)
+    for prompt, tokens in zip(prompts, res.tokens):
+        assert tokens == refs[tuple(prompt)], (method, prompt)
+    if method == "ar":
+        assert res.steps == [NEW - 1] * batch and res.mean_accepted_length == 1.0
+    if method == "vanilla" and batch == 8:
+        assert len(set(res.steps)) > 1  # rows advanced by different amounts
+
+
+def test_rows_stop_at_their_own_eos(setup):
+    target, make, refs = setup
+    prompts = PROMPTS[:3]
+    eos = refs[tuple(prompts[1])][4]  # row 1 stops after 5 tokens; the others run on unless they meet it too
+    res = BatchDecoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate(prompts)
+    for prompt, tokens in zip(prompts, res.tokens):
+        ref = refs[tuple(prompt)]
+        expected = ref[: ref.index(eos) + 1] if eos in ref else ref
+        assert tokens == expected
+
+
+def test_batched_plain_decoding_is_one_forward_per_token(setup):
+    target, _, _ = setup
+    res = BatchDecoder(target, None, max_new_tokens=NEW).generate([PROMPTS[0], PROMPTS[2]])
+    assert res.forwards == NEW and res.new_tokens == 2 * NEW
