@@ -24,20 +24,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-remote-code", action="store_true", help="run model code shipped with a checkpoint")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from engine.variants import METHODS
-
-    parser = argparse.ArgumentParser(prog="glance", description="Glance: a playground for speculative decoding.")
-    sub = parser.add_subparsers(dest="command")
-
-    g = sub.add_parser("generate", help="decode one prompt with one method")
-    g.add_argument("--method", default="ar", choices=METHODS)
-    g.add_argument("--prompt", required=True, help="prompt text")
-    _add_model_args(g)
-    g.add_argument("--max-new-tokens", type=int, default=64)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0)
+def _add_drafter_args(g: argparse.ArgumentParser) -> None:
+    """Per-method knobs shared by generate and bench."""
     g.add_argument("--gamma", type=int, default=4, help="vanilla: draft tokens per step")
     g.add_argument("--adaptive", action="store_true", help="vanilla: adapt gamma (+2 all accepted, -1 otherwise)")
     g.add_argument("--medusa", help="Medusa heads folder (default: the bundled heads)")
@@ -70,8 +58,44 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="lookahead: pool only Jacobi n-grams, not those of the prompt and committed text",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from engine.variants import METHODS
+
+    parser = argparse.ArgumentParser(prog="glance", description="Glance: a playground for speculative decoding.")
+    sub = parser.add_subparsers(dest="command")
+
+    g = sub.add_parser("generate", help="decode one prompt with one method")
+    g.add_argument("--method", default="ar", choices=METHODS)
+    g.add_argument("--prompt", required=True, help="prompt text")
+    _add_model_args(g)
+    g.add_argument("--max-new-tokens", type=int, default=64)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    _add_drafter_args(g)
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
+
+    b = sub.add_parser("bench", help="benchmark methods on the prompt suite, or sweep batch sizes")
+    b.add_argument(
+        "--methods",
+        default="ar,vanilla,medusa,eagle,lookahead,hf_generate,hf_assisted,hf_prompt_lookup",
+        help="comma-separated: ar, vanilla, medusa, eagle, lookahead and transformers' hf_generate, hf_assisted, "
+        "hf_prompt_lookup",
+    )
+    b.add_argument("--prompts", default=None, help="JSON Lines prompt file (default: the bundled suite)")
+    b.add_argument("--limit", type=int, default=None, help="use only every k-th prompt so that N remain")
+    b.add_argument("--max-new-tokens", type=int, default=64)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--top-p", type=float, default=1.0)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--repeats", type=int, default=1)
+    b.add_argument("--batch-sizes", default=None, help="run the batch sweep instead, e.g. 1,2,4,8,16,32")
+    b.add_argument("--out", default="bench-results", help="folder for results.json, results.md and charts")
+    _add_model_args(b)
+    _add_drafter_args(b)
 
     t = sub.add_parser("train", help="train models")
     tsub = t.add_subparsers(dest="what", required=True)
@@ -104,6 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drafter_options(args):
+    from engine.variants import DrafterOptions
+
+    knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
+    knobs |= {f"lookahead_{k}": getattr(args, f"lookahead_{k}") for k in ("window", "ngram", "guesses")}
+    return DrafterOptions(
+        gamma=args.gamma,
+        adaptive=args.adaptive,
+        medusa_tree=args.medusa_tree,
+        acceptance=args.acceptance,
+        eagle_mode=args.eagle_mode,
+        lookahead_context=not args.no_context_ngrams,
+        **{k: v for k, v in knobs.items() if v is not None},
+    )
+
+
 def _validate_generate(args) -> None:
     if not args.prompt.strip():
         raise GlanceError("the prompt is empty: pass some text with --prompt")
@@ -132,7 +172,7 @@ def cmd_generate(args) -> int:
     from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
     from engine.sampling import SamplingConfig
     from engine.session_log import SessionLogWriter
-    from engine.variants import DrafterOptions, build_drafter, load_parts
+    from engine.variants import build_drafter, load_parts
 
     _validate_generate(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
@@ -149,17 +189,7 @@ def cmd_generate(args) -> int:
         **access,
     )
     draft = parts.get("draft")
-    knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
-    knobs |= {f"lookahead_{k}": getattr(args, f"lookahead_{k}") for k in ("window", "ngram", "guesses")}
-    options = DrafterOptions(
-        gamma=args.gamma,
-        adaptive=args.adaptive,
-        medusa_tree=args.medusa_tree,
-        acceptance=args.acceptance,
-        eagle_mode=args.eagle_mode,
-        lookahead_context=not args.no_context_ngrams,
-        **{k: v for k, v in knobs.items() if v is not None},
-    )
+    options = _drafter_options(args)
     drafter = build_drafter(args.method, target, parts, options)
     tok = target.tokenizer
     prompt_ids = tok(args.prompt)["input_ids"]
@@ -225,6 +255,74 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from tqdm import tqdm
+
+    from engine.bench.reference import REFERENCES
+    from engine.bench.report import markdown, write
+    from engine.bench.run import run_benchmark
+    from engine.bench.suite import BenchSetup
+    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
+    from engine.sampling import SamplingConfig
+    from engine.train.prompts import load_prompt_suite
+    from engine.variants import METHODS, load_parts
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    unknown = [m for m in methods if m not in METHODS and m not in REFERENCES]
+    if unknown or not methods:
+        raise GlanceError(f"unknown method(s) {', '.join(unknown) or '(none)'}: use {', '.join(METHODS + REFERENCES)}")
+    if args.max_new_tokens < 1:
+        raise GlanceError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    try:
+        sizes = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else None
+    except ValueError:
+        raise GlanceError(f"--batch-sizes takes comma-separated integers (got {args.batch_sizes!r})") from None
+    from engine.models import RESOURCES
+
+    prompt_file = Path(args.prompts) if args.prompts else RESOURCES / "prompts" / "suite.jsonl"
+    if not prompt_file.exists():
+        raise GlanceError(f"prompt file not found: {prompt_file}")
+    prompts = load_prompt_suite(prompt_file)
+    if args.limit:
+        prompts = prompts[:: max(1, len(prompts) // args.limit)][: args.limit]
+    access = dict(allow_download=args.allow_download, trust_remote_code=args.trust_remote_code)
+    target = load_model(
+        _default_model(args.target, BUNDLED_TARGET, "--target"), device=args.device, dtype=args.dtype, **access
+    )
+    wants = set(methods) | ({"vanilla"} if "hf_assisted" in methods else set())
+    parts = load_parts(
+        target,
+        [m for m in wants if m in METHODS],
+        draft=_default_model(args.draft, BUNDLED_DRAFT, "--draft") if wants & {"vanilla"} else None,
+        medusa=_default_model(args.medusa, BUNDLED_MEDUSA, "--medusa") if "medusa" in wants else None,
+        eagle=_default_model(args.eagle, BUNDLED_EAGLE, "--eagle") if "eagle" in wants else None,
+        **access,
+    )
+    setup = BenchSetup(
+        target,
+        parts,
+        _drafter_options(args),
+        SamplingConfig(args.temperature, args.top_p, args.seed),
+        args.max_new_tokens,
+    )
+    bar = tqdm(total=1, desc="bench", unit="run", dynamic_ncols=True)
+
+    def progress(done: int, total: int, what: str) -> None:
+        bar.total = total
+        bar.n = done
+        bar.set_postfix_str(what, refresh=False)
+        bar.refresh()
+
+    try:
+        results = run_benchmark(setup, prompts, methods, args.repeats, sizes, progress)
+    finally:
+        bar.close()
+    paths = write(results, Path(args.out))
+    print(markdown(results))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
 def cmd_train(args) -> int:
     if args.what == "card":
         from engine.train.card import write_card
@@ -279,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return {"generate": cmd_generate, "train": cmd_train}[args.command](args)
+        return {"generate": cmd_generate, "train": cmd_train, "bench": cmd_bench}[args.command](args)
     except GlanceError as exc:
         print(f"glance: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

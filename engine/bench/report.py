@@ -1,0 +1,194 @@
+"""Benchmark output: Markdown tables, results.json (every number plus versions, device, models, settings) and PNG
+charts."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+METHOD_ORDER = ("ar", "vanilla", "medusa", "eagle", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup")
+LABELS = {
+    "ar": "plain decoding (Glance)",
+    "vanilla": "vanilla speculative",
+    "medusa": "Medusa",
+    "eagle": "EAGLE-2",
+    "lookahead": "lookahead",
+    "hf_generate": "transformers generate",
+    "hf_assisted": "transformers assisted",
+    "hf_prompt_lookup": "transformers prompt lookup",
+}
+
+
+def _fmt(v, digits: int = 2, suffix: str = "") -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "NO"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}{suffix}"
+    return f"{v}{suffix}"
+
+
+def _ordered(methods: dict) -> list[str]:
+    return sorted(methods, key=lambda m: METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER))
+
+
+def suite_table(methods: dict) -> str:
+    head = (
+        "| method | tau | acceptance | per depth | tok/s | speedup | draft ms/step | verify ms/step | "
+        "overhead ms/step | lossless |\n|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for m in _ordered(methods):
+        r = methods[m]
+        depth = " ".join(f"{a:.2f}" for a in r.get("acceptance_by_depth", [])[:5]) or "–"
+        rows.append(
+            f"| {LABELS.get(m, m)} | {_fmt(r.get('tau'))} | {_fmt(r.get('acceptance'))} | {depth} | "
+            f"{_fmt(r['tokens_per_second'], 1)} | {_fmt(r.get('speedup'), 2, 'x')} | "
+            f"{_fmt(r.get('draft_ms_per_step'))} | {_fmt(r.get('verify_ms_per_step'))} | "
+            f"{_fmt(r.get('overhead_ms_per_step'))} | {_fmt(r['lossless'])} |"
+        )
+    text = head + "\n".join(rows) + "\n"
+    if "vs_hf_assisted" in methods.get("vanilla", {}):
+        text += f"\nGlance vanilla vs transformers assisted generation: {methods['vanilla']['vs_hf_assisted']:.2f}x\n"
+    return text
+
+
+def category_table(categories: dict) -> str:
+    methods = _ordered({m for cat in categories.values() for m in cat})
+    methods = [m for m in methods if m != "ar"]
+    head = "| category | " + " | ".join(LABELS.get(m, m) for m in methods) + " |\n"
+    head += "|---" * (len(methods) + 1) + "|\n"
+    rows = []
+    for cat, ms in categories.items():
+        cells = []
+        for m in methods:
+            r = ms.get(m, {})
+            tau = f" (τ {r['tau']:.2f})" if r.get("tau") is not None else ""
+            cells.append(f"{_fmt(r.get('speedup'), 2, 'x')}{tau}")
+        rows.append(f"| {cat} | " + " | ".join(cells) + " |")
+    return head + "\n".join(rows) + "\n"
+
+
+def cost_table(cost: dict) -> str:
+    forward = cost["forward_ms"]
+    text = "Target forward (ms) by new tokens: " + ", ".join(f"{k}: {v:.2f}" for k, v in forward.items()) + "\n\n"
+    text += (
+        "| method | tokens/step used | predicted speedup | measured | measured / predicted |\n|---|---|---|---|---|\n"
+    )
+    for m in _ordered(cost["predictions"]):
+        p = cost["predictions"][m]
+        text += (
+            f"| {LABELS.get(m, m)} | {p['expected_tokens_per_step']:.2f} | {p['predicted_speedup']:.2f}x | "
+            f"{_fmt(p['measured_speedup'], 2, 'x')} | {_fmt(p['measured_over_predicted'])} |\n"
+        )
+    return text
+
+
+def sweep_table(sweep: dict) -> str:
+    methods = sweep["methods"]
+    head = "| batch | " + " | ".join(f"{LABELS.get(m, m)} tok/s (speedup)" for m in methods) + " |\n"
+    head += "|---" * (len(methods) + 1) + "|\n"
+    rows = []
+    for b in sweep["batch_sizes"]:
+        r = sweep["rows"][b] if b in sweep["rows"] else sweep["rows"][str(b)]
+        cells = [f"{r[m]['tokens_per_second']:.1f} ({r[m]['speedup']:.2f}x)" for m in methods]
+        rows.append(f"| {b} | " + " | ".join(cells) + " |")
+    return head + "\n".join(rows) + "\n"
+
+
+def environment(target, device: str, dtype: str) -> dict:
+    import torch
+    import transformers
+
+    from engine.system import cpu_name
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "device": device,
+        "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_name(),
+        "threads": torch.get_num_threads(),
+        "dtype": dtype,
+        "platform": platform.platform(),
+    }
+
+
+def markdown(results: dict) -> str:
+    env = results["environment"]
+    text = (
+        f"Glance benchmark · {env['device_name']} ({env['device']}, {env['threads']} threads) · {env['dtype']} · "
+        f"torch {env['torch']} · transformers {env['transformers']}\n\n"
+    )
+    s = results["settings"]
+    if "suite" in results:
+        text += (
+            f"{s['prompts']} prompts × {s['repeats']} repeat(s), {s['max_new_tokens']} new tokens, "
+            f"temperature {s['temperature']}\n\n"
+        )
+        text += suite_table(results["suite"]["methods"]) + "\n" + category_table(results["suite"]["categories"])
+    if "cost_model" in results:
+        text += "\n" + cost_table(results["cost_model"])
+    if "sweep" in results:
+        text += "\n" + sweep_table(results["sweep"])
+    return text
+
+
+def charts(results: dict, out: Path) -> list[Path]:
+    """speedup.png (suite), batch_sweep.png (speedup against batch size), forward_cost.png; the ones that apply."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if "suite" in results:
+        methods = results["suite"]["methods"]
+        names = [m for m in _ordered(methods) if methods[m].get("speedup") is not None]
+        fig, ax = plt.subplots(figsize=(7, 3.2))
+        ax.barh([LABELS.get(m, m) for m in names], [methods[m]["speedup"] for m in names], color="#4fc3f7")
+        ax.axvline(1.0, color="#888", lw=1)
+        ax.set_xlabel("speedup over plain decoding")
+        ax.invert_yaxis()
+        fig.tight_layout()
+        written.append(out / "speedup.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    if "sweep" in results:
+        sw = results["sweep"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for m in sw["methods"]:
+            if m == "ar":
+                continue
+            ys = [(sw["rows"].get(b) or sw["rows"][str(b)])[m]["speedup"] for b in sw["batch_sizes"]]
+            ax.plot(sw["batch_sizes"], ys, marker="o", label=LABELS.get(m, m))
+        ax.axhline(1.0, color="#888", lw=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("speedup over batched plain decoding")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out / "batch_sweep.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    if "cost_model" in results:
+        fw = results["cost_model"]["forward_ms"]
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        ax.plot([int(k) for k in fw], list(fw.values()), marker="o")
+        ax.set_xlabel("tokens in one target forward")
+        ax.set_ylabel("ms")
+        fig.tight_layout()
+        written.append(out / "forward_cost.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+def write(results: dict, out: Path) -> list[Path]:
+    """results.json, results.md and the charts into `out`; returns the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / "results.md").write_text(markdown(results))
+    return [out / "results.json", out / "results.md", *charts(results, out)]

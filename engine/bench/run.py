@@ -1,0 +1,57 @@
+"""One benchmark run: the suite (with transformers' rows and the cost model) and/or the batch sweep, as one dict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+
+from engine.bench.cost import forward_costs, predictions
+from engine.bench.report import environment
+from engine.bench.suite import BenchSetup, Progress, run_suite
+from engine.bench.sweep import break_even, run_sweep
+
+
+def run_benchmark(
+    setup: BenchSetup,
+    prompts: list[dict],
+    methods: list[str],
+    repeats: int = 1,
+    batch_sizes: list[int] | None = None,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> dict:
+    """With batch_sizes: the sweep only; otherwise the suite, its reference rows (hf_* methods) and the cost model."""
+    target = setup.target
+    results: dict = {
+        "environment": environment(target, str(target.device), str(target.dtype).removeprefix("torch.")),
+        "models": {
+            "target": target.describe(),
+            **({"draft": setup.parts["draft"].describe()} if setup.parts.get("draft") else {}),
+            **({"medusa": setup.parts["medusa"].config()} if setup.parts.get("medusa") is not None else {}),
+            **({"eagle": setup.parts["eagle"].cfg} if setup.parts.get("eagle") is not None else {}),
+        },
+        "settings": {
+            "methods": methods,
+            "prompts": len(prompts),
+            "repeats": repeats,
+            "max_new_tokens": setup.max_new_tokens,
+            "temperature": setup.sampling.temperature,
+            "top_p": setup.sampling.top_p,
+            "seed": setup.sampling.seed,
+            "drafters": asdict(setup.options),
+            "batch_sizes": batch_sizes,
+        },
+    }
+    if batch_sizes:
+        sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel)
+        sweep["break_even_batch"] = break_even(sweep)
+        results["sweep"] = sweep
+        return results
+    suite = run_suite(setup, prompts, methods, repeats, progress, cancel)
+    results["suite"] = suite
+    costs = forward_costs(target.model)
+    results["cost_model"] = {
+        "forward_ms": {k: round(v * 1e3, 3) for k, v in costs.items()},
+        "predictions": predictions(suite["methods"], costs),
+    }
+    return results

@@ -1,0 +1,207 @@
+"""The benchmark suite: every method on every prompt, sequentially, methods interleaved per prompt so drift hits all
+alike, after a warm-up; per-run records, then aggregates per method and per prompt category."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from engine.bench.clock import ModelClock
+from engine.bench.reference import REFERENCES, hf_generate
+from engine.decoder import Decoder
+from engine.errors import GlanceError
+from engine.metrics import DepthAcceptance
+from engine.sampling import SamplingConfig
+from engine.variants import NEEDS, DrafterOptions, build_drafter
+
+Progress = Callable[[int, int, str], None]  # (done, total, what)
+WARMUP_TOKENS = 16
+
+
+@dataclass
+class BenchSetup:
+    """Loaded models and the settings every method shares."""
+
+    target: object  # LoadedModel
+    parts: dict = field(default_factory=dict)
+    options: DrafterOptions = field(default_factory=DrafterOptions)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    max_new_tokens: int = 64
+
+    @property
+    def eos(self) -> int | None:
+        tok = self.target.tokenizer
+        return getattr(self.target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
+
+    def timed_modules(self) -> list:
+        mods = [self.target.model]
+        if self.parts.get("draft") is not None:
+            mods.append(self.parts["draft"].model)
+        mods += [self.parts[k] for k in ("medusa", "eagle") if self.parts.get(k) is not None]
+        return mods
+
+    def available(self, method: str) -> bool:
+        if method in REFERENCES:
+            return method != "hf_assisted" or self.parts.get("draft") is not None
+        return method not in NEEDS or self.parts.get(NEEDS[method]) is not None
+
+
+def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: int | None = None) -> dict:
+    """One timed run of `method` on one prompt: the raw counts every aggregate is built from."""
+    max_new = max_new_tokens or setup.max_new_tokens
+    if method in REFERENCES:
+        draft = setup.parts.get("draft")
+        with ModelClock(setup.timed_modules()) as clock:
+            r = hf_generate(
+                method, setup.target.model, ids, max_new, setup.sampling, setup.eos, draft.model if draft else None
+            )
+        return {"tokens": r["tokens"], "new_tokens": len(r["tokens"]), "wall_seconds": r["wall_seconds"]} | {
+            "model_seconds": clock.seconds
+        }
+    drafter = build_drafter(method, setup.target, setup.parts, setup.options)
+    decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method)
+    with ModelClock(setup.timed_modules()) as clock:
+        res = decoder.generate(ids)
+    s, steps = res.summary, res.events[1:]
+    depth = DepthAcceptance()
+    for e in steps:
+        depth.add(e.draft_parents, len(e.accepted_nodes))
+    return {
+        "tokens": res.tokens,
+        "new_tokens": s.new_tokens,
+        "wall_seconds": s.wall_seconds,
+        "model_seconds": clock.seconds,
+        "steps": s.steps,
+        "emitted": sum(len(e.tokens) for e in steps),
+        "accepted": sum(len(e.accepted_nodes) for e in steps),
+        "proposed_depth": sum(max(_depths(e.draft_parents), default=0) for e in steps),
+        "reached": depth.reached,
+        "accepted_by_depth": depth.accepted,
+        "draft_seconds": s.draft_seconds,
+        "verify_seconds": s.verify_seconds,
+        "prefill_seconds": s.prefill_seconds,
+        "verify_tokens": sum(1 + len(e.draft_tokens) + sum(map(len, e.extra.get("window", []))) for e in steps),
+        "chain": all(_is_chain(e.draft_parents) for e in steps),
+    }
+
+
+def _depths(parents: list[int]) -> list[int]:
+    from engine.tree import node_depths
+
+    return node_depths(parents)
+
+
+def _is_chain(parents: list[int]) -> bool:
+    return parents == list(range(-1, len(parents) - 1))
+
+
+def run_suite(
+    setup: BenchSetup,
+    prompts: list[dict],
+    methods: list[str],
+    repeats: int = 1,
+    progress: Progress | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> dict:
+    """Records of every (prompt, repeat, method) run plus aggregates. Plain decoding ("ar") always runs first on each
+    prompt: it is the baseline for speedups and for the lossless check."""
+    if not prompts:
+        raise GlanceError("the benchmark has no prompts")
+    if repeats < 1:
+        raise GlanceError(f"--repeats must be at least 1 (got {repeats})")
+    missing = [m for m in methods if not setup.available(m)]
+    if missing:
+        raise GlanceError(f"cannot benchmark {', '.join(missing)}: the weights they need are not loaded")
+    order = ["ar"] + [m for m in methods if m != "ar"]
+    tok = setup.target.tokenizer
+    encoded = [tok(p["prompt"])["input_ids"] for p in prompts]
+    total = len(order) * (1 + len(prompts) * repeats)
+    done = 0
+    for m in order:  # warm-up: first forwards, kernels, allocator
+        decode_once(setup, m, encoded[0], WARMUP_TOKENS)
+        done += 1
+        if progress:
+            progress(done, total, f"warm-up {m}")
+    records = []
+    for rec, ids in zip(prompts, encoded):
+        for r in range(repeats):
+            baseline = None
+            for m in order:
+                if cancel and cancel():
+                    raise GlanceError("the benchmark was cancelled")
+                run = decode_once(setup, m, ids)
+                if m == "ar":
+                    baseline = run["tokens"]
+                run["matched"] = run["tokens"] == baseline
+                run |= {"method": m, "prompt_id": rec.get("id", str(len(records))), "category": rec.get("category", "")}
+                run["repeat"] = r
+                del run["tokens"]
+                records.append(run)
+                done += 1
+                if progress:
+                    progress(done, total, f"{rec.get('id', '')} {m}")
+    return {"records": records, "methods": aggregate(records, setup), "categories": by_category(records)}
+
+
+def _sum(runs: list[dict], key: str) -> float:
+    return sum(r.get(key, 0) for r in runs)
+
+
+def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
+    """Per method: tau, acceptance (per depth too), tokens/s, speedup over ar, time per step split into draft,
+    verify and overhead outside model calls, and whether every output matched plain decoding."""
+    out: dict = {}
+    methods = list(dict.fromkeys(r["method"] for r in records))
+    for m in methods:
+        runs = [r for r in records if r["method"] == m]
+        tokens, wall = _sum(runs, "new_tokens"), _sum(runs, "wall_seconds")
+        row = {
+            "runs": len(runs),
+            "new_tokens": int(tokens),
+            "tokens_per_second": round(tokens / wall, 2) if wall else 0.0,
+            "lossless": all(r["matched"] for r in runs),
+            "overhead_ms_per_step": None,
+        }
+        steps = _sum(runs, "steps")
+        if steps:
+            reached = _columns(runs, "reached")
+            acc = _columns(runs, "accepted_by_depth")
+            calls = steps + len(runs)  # verification steps plus one prefill per run
+            row |= {
+                "steps": int(steps),
+                "tau": round(_sum(runs, "emitted") / steps, 3),
+                "acceptance": round(_sum(runs, "accepted") / p, 3) if (p := _sum(runs, "proposed_depth")) else None,
+                "token_acceptance": round(sum(acc) / sum(reached), 3) if sum(reached) else None,
+                "acceptance_by_depth": [round(a / r, 3) for a, r in zip(acc, reached) if r],
+                "draft_ms_per_step": round(_sum(runs, "draft_seconds") / steps * 1e3, 3),
+                "verify_ms_per_step": round(_sum(runs, "verify_seconds") / steps * 1e3, 3),
+                "verify_tokens_per_step": round(_sum(runs, "verify_tokens") / steps, 2),
+                "overhead_ms_per_step": round((wall - _sum(runs, "model_seconds")) / calls * 1e3, 3),
+            }
+            if all(r.get("chain") for r in runs) and setup is not None and m == "vanilla":
+                row["chain_length"] = None if setup.options.adaptive else setup.options.gamma
+        out[m] = row
+    base = out.get("ar", {}).get("tokens_per_second")
+    for row in out.values():
+        row["speedup"] = round(row["tokens_per_second"] / base, 3) if base else None
+    if "vanilla" in out and "hf_assisted" in out and out["hf_assisted"]["tokens_per_second"]:
+        out["vanilla"]["vs_hf_assisted"] = round(
+            out["vanilla"]["tokens_per_second"] / out["hf_assisted"]["tokens_per_second"], 3
+        )
+    return out
+
+
+def _columns(runs: list[dict], key: str) -> list[int]:
+    width = max((len(r.get(key, [])) for r in runs), default=0)
+    return [sum(r[key][d] for r in runs if d < len(r.get(key, []))) for d in range(width)]
+
+
+def by_category(records: list[dict]) -> dict:
+    """Per prompt category, per method: tau, tokens/s and speedup over ar within the category."""
+    out = {}
+    for cat in sorted({r["category"] for r in records}):
+        out[cat] = {
+            m: {k: v.get(k) for k in ("tau", "tokens_per_second", "speedup")}
+            for m, v in aggregate([r for r in records if r["category"] == cat]).items()
+        }
+    return out
