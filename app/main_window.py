@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.bench_tab import BenchmarkTab
 from app.charts import ChartsWidget
 from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings
 from app.export import export_session
@@ -125,6 +126,8 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.addTab(self.charts, "Charts")
         self.tabs.addTab(self.inspector, "Step inspector")
+        self.bench = BenchmarkTab()
+        self.tabs.addTab(self.bench, "Benchmark")
         right = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -149,6 +152,8 @@ class MainWindow(QMainWindow):
         w.event.connect(self._on_event)
         w.done.connect(self._on_done)
         w.failed.connect(self._on_failed)
+        w.progress.connect(self.bench.on_progress)
+        self.bench.runRequested.connect(self.run_benchmark)
         self.frame = QTimer(self)
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._render_frame)
@@ -271,20 +276,7 @@ class MainWindow(QMainWindow):
         tok = target.tokenizer
         prompt_ids = tok(prompt)["input_ids"]
         max_new = g.max_new.value()
-        options = DrafterOptions(
-            gamma=g.gamma.value(),
-            adaptive=g.adaptive.isChecked(),
-            medusa_tree=g.medusa_tree.currentText(),
-            acceptance=g.acceptance.currentText(),
-            eagle_mode=g.eagle_mode.currentText(),
-            eagle_top_k=g.eagle_top_k.value(),
-            eagle_depth=g.eagle_depth.value(),
-            eagle_total_tokens=g.eagle_total.value(),
-            lookahead_window=g.lookahead_window.value(),
-            lookahead_ngram=g.lookahead_ngram.value(),
-            lookahead_guesses=g.lookahead_guesses.value(),
-            lookahead_context=g.lookahead_context.isChecked(),
-        )
+        options = self._drafter_options()
         interleaved = not g.sequential.isChecked()
         self.run_settings = {
             "prompt": prompt,
@@ -325,6 +317,59 @@ class MainWindow(QMainWindow):
 
         self._start("race", job)
 
+    def _drafter_options(self) -> DrafterOptions:
+        g = self.gen_panel
+        return DrafterOptions(
+            gamma=g.gamma.value(),
+            adaptive=g.adaptive.isChecked(),
+            medusa_tree=g.medusa_tree.currentText(),
+            acceptance=g.acceptance.currentText(),
+            eagle_mode=g.eagle_mode.currentText(),
+            eagle_top_k=g.eagle_top_k.value(),
+            eagle_depth=g.eagle_depth.value(),
+            eagle_total_tokens=g.eagle_total.value(),
+            lookahead_window=g.lookahead_window.value(),
+            lookahead_ngram=g.lookahead_ngram.value(),
+            lookahead_guesses=g.lookahead_guesses.value(),
+            lookahead_context=g.lookahead_context.isChecked(),
+        )
+
+    def run_benchmark(self) -> None:
+        """The Benchmark tab's suite or sweep on the loaded models, as a worker job."""
+        if self.job:
+            self.show_error(f"a {self.job} is already running: press Stop first")
+            return
+        if not self.models:
+            self.show_error("no model is loaded: press Load first")
+            return
+        from app.controls import PROMPTS
+        from engine.bench.run import run_benchmark
+        from engine.bench.suite import BenchSetup
+        from engine.train.prompts import load_prompt_suite
+
+        try:
+            sizes = self.bench.sweep_sizes()
+            g = self.gen_panel
+            sampling = SamplingConfig(g.temperature.value(), g.top_p.value(), g.seed.value())
+        except GlanceError as exc:
+            self.show_error(str(exc))
+            return
+        suite = load_prompt_suite(PROMPTS)
+        n = self.bench.prompts.value()
+        prompts = suite[:: max(1, len(suite) // n)][:n]
+        parts = {k: v for k, v in self.models.items() if k != "target" and v is not None}
+        methods = self.bench.methods(self.available_methods(), parts.get("draft") is not None)
+        setup = BenchSetup(self.models["target"], parts, self._drafter_options(), sampling, self.bench.max_new.value())
+        repeats = self.bench.repeats.value()
+        self.clear_error()
+        self.bench.set_running(True)
+        self.tabs.setCurrentWidget(self.bench)
+
+        def job(worker: EngineWorker) -> dict:
+            return run_benchmark(setup, prompts, methods, repeats, sizes, worker.progress.emit, worker.cancel.is_set)
+
+        self._start("benchmark", job)
+
     def stop(self) -> None:
         self.thread.worker.cancel.set()
         self.replay_queue.clear()
@@ -335,7 +380,7 @@ class MainWindow(QMainWindow):
         self.job = name
         self.race_button.setEnabled(False)
         self.run_one_button.setEnabled(False)
-        self.stop_button.setEnabled(name == "race")
+        self.stop_button.setEnabled(name in ("race", "benchmark"))
         self.statusBar().showMessage(f"{name} running …")
         self.thread.submit(name, job)
 
@@ -345,6 +390,7 @@ class MainWindow(QMainWindow):
         self.run_one_button.setEnabled(True)
         self.stop_button.setEnabled(False)
         self.model_panel.set_busy(False)
+        self.bench.set_running(False)
 
     # ---- events from the worker ---------------------------------------------------------------------------------
     def _on_event(self, lane: str, item) -> None:
@@ -396,6 +442,9 @@ class MainWindow(QMainWindow):
                 info += "\neagle: 1 head"
             self.model_panel.info.setText(info)
             self.statusBar().showMessage("models loaded")
+        elif name == "benchmark":
+            self.bench.show_results(result)
+            self.statusBar().showMessage("benchmark finished")
         else:
             self._render_frame()
             self._close_log()

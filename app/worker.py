@@ -22,6 +22,7 @@ class EngineWorker(QObject):
     event = Signal(str, object)  # lane name, StepEvent | RunSummary
     done = Signal(str, object)  # job name, result
     failed = Signal(str, str)  # job name, message
+    progress = Signal(int, int, str)  # done, total, what (benchmarks)
 
     def __init__(self) -> None:
         super().__init__()

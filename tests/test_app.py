@@ -224,3 +224,33 @@ def test_heads_for_another_model_show_a_message(qtbot, tmp_path, tiny_window):
     assert win.models is not None and win.models.get("medusa") is None
     run_race(qtbot, win, ["ar"])
     assert win.lanes["ar"].text()
+
+
+def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path):
+    win, tab = tiny_window, tiny_window.bench
+    tab.mode.setCurrentText("batch sweep")
+    tab.batch_sizes.setText("1,2")
+    tab.prompts.setValue(2)
+    tab.max_new.setValue(8)
+    tab.run.click()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    assert not win.banner.isVisible(), win.banner.text()
+    sweep = tab.results["sweep"]
+    assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead"}
+    assert "batch" in tab.table.toPlainText() and "tok/s (speedup)" in tab.table.toPlainText()
+    assert len(tab.plot.getPlotItem().listDataItems()) == 2  # one speedup curve per drafting method
+    assert tab.progress.value() == tab.progress.maximum() > 0
+    names = {p.name for p in tab.export_to(tmp_path / "sweep")}
+    assert {"results.json", "results.md", "batch_sweep.png"} <= names
+
+    tab.mode.setCurrentText("prompt suite")
+    tab.run.click()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    methods = tab.results["suite"]["methods"]
+    assert {"ar", "vanilla", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
+    assert all(m["lossless"] for m in methods.values())
+
+    tab.batch_sizes.setText("1,x")
+    tab.mode.setCurrentText("batch sweep")
+    tab.run.click()
+    assert win.job is None and "comma-separated" in win.banner.text()

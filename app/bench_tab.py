@@ -1,0 +1,158 @@
+"""The Benchmark tab: run the prompt suite or the batch sweep on the loaded models, show the table and the
+speedup chart, export results.json, the Markdown table and PNG charts. The run itself is a worker job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyqtgraph as pg
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTextBrowser,
+    QWidget,
+)
+
+from app.theme import variant_color
+from engine.bench.reference import REFERENCES
+from engine.bench.report import LABELS, markdown, write
+from engine.errors import GlanceError
+
+
+class BenchmarkTab(QWidget):
+    runRequested = Signal()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mode = QComboBox()
+        self.mode.addItems(["prompt suite", "batch sweep"])
+        self.prompts = QSpinBox()
+        self.prompts.setRange(1, 1000)
+        self.prompts.setValue(8)
+        self.prompts.setToolTip("prompts taken evenly from the bundled suite")
+        self.repeats = QSpinBox()
+        self.repeats.setRange(1, 20)
+        self.max_new = QSpinBox()
+        self.max_new.setRange(1, 4096)
+        self.max_new.setValue(48)
+        self.batch_sizes = QLineEdit("1,2,4,8")
+        self.references = QCheckBox("add transformers' rows (generate, assisted, prompt lookup)")
+        self.references.setChecked(True)
+        self.run = QPushButton("Run benchmark")
+        self.export = QPushButton("Export…")
+        self.export.setEnabled(False)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m  %p%")
+        self.table = QTextBrowser()
+        self.plot = pg.PlotWidget()
+        self.plot.showGrid(x=True, y=True, alpha=0.2)
+        self.plot.addLegend(offset=(10, 10))
+        self.results: dict | None = None
+
+        form = QFormLayout()
+        form.addRow("run", self.mode)
+        form.addRow("prompts / repeats", _row(self.prompts, self.repeats))
+        form.addRow("max new tokens", self.max_new)
+        form.addRow("batch sizes (sweep)", self.batch_sizes)
+        form.addRow(self.references)
+        form.addRow(_row(self.run, self.export))
+        form.addRow(self.progress)
+        controls = QWidget()
+        controls.setLayout(form)
+        split = QSplitter()
+        split.addWidget(self.table)
+        split.addWidget(self.plot)
+        split.setSizes([700, 400])
+        lay = QHBoxLayout(self)
+        lay.addWidget(controls)
+        lay.addWidget(split, 1)
+        self.run.clicked.connect(self.runRequested.emit)
+        self.export.clicked.connect(self._ask_export)
+
+    def sweep_sizes(self) -> list[int] | None:
+        """Batch sizes when the sweep is chosen, else None; raises GlanceError on bad input."""
+        if self.mode.currentText() != "batch sweep":
+            return None
+        try:
+            sizes = [int(x) for x in self.batch_sizes.text().split(",") if x.strip()]
+        except ValueError:
+            raise GlanceError(f"batch sizes are comma-separated integers (got {self.batch_sizes.text()!r})") from None
+        if not sizes or min(sizes) < 1:
+            raise GlanceError("give at least one positive batch size, e.g. 1,2,4,8")
+        return sizes
+
+    def methods(self, available: list[str], has_draft: bool) -> list[str]:
+        refs = [r for r in REFERENCES if r != "hf_assisted" or has_draft] if self.references.isChecked() else []
+        return available + (refs if self.mode.currentText() == "prompt suite" else [])
+
+    def set_running(self, running: bool) -> None:
+        self.run.setEnabled(not running)
+        if running:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+
+    def on_progress(self, done: int, total: int, what: str) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+        self.progress.setToolTip(what)
+
+    def show_results(self, results: dict) -> None:
+        self.results = results
+        self.table.setMarkdown(markdown(results))
+        self.export.setEnabled(True)
+        self.plot.clear()
+        if "sweep" in results:
+            sw = results["sweep"]
+            self.plot.setLabel("bottom", "batch size")
+            self.plot.setLabel("left", "speedup over batched plain decoding")
+            for m in sw["methods"]:
+                if m == "ar":
+                    continue
+                ys = [sw["rows"][b][m]["speedup"] for b in sw["batch_sizes"]]
+                self.plot.plot(
+                    sw["batch_sizes"], ys, pen=pg.mkPen(variant_color(m), width=2), symbol="o", name=LABELS.get(m, m)
+                )
+            self.plot.addLine(y=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
+        elif "suite" in results:
+            methods = [m for m, r in results["suite"]["methods"].items() if r.get("speedup") is not None]
+            self.plot.setLabel("bottom", "method")
+            self.plot.setLabel("left", "speedup over plain decoding")
+            speedups = [results["suite"]["methods"][m]["speedup"] for m in methods]
+            brushes = [variant_color(m) for m in methods]
+            self.plot.addItem(pg.BarGraphItem(x=list(range(len(methods))), height=speedups, width=0.6, brushes=brushes))
+            self.plot.getAxis("bottom").setTicks([[(i, m) for i, m in enumerate(methods)]])
+
+    def export_to(self, folder: Path) -> list[Path]:
+        if self.results is None:
+            raise GlanceError("no benchmark results yet: run one first")
+        try:
+            return write(self.results, Path(folder))
+        except OSError as exc:
+            raise GlanceError(f"cannot write the benchmark to {folder}: {exc.strerror or exc}") from None
+
+    def _ask_export(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, "Export benchmark to folder")
+        if folder:
+            try:
+                paths = self.export_to(Path(folder))
+                self.progress.setToolTip("wrote " + ", ".join(p.name for p in paths))
+            except GlanceError as exc:
+                self.table.append(f"\n{exc}")
+
+
+def _row(*widgets: QWidget) -> QWidget:
+    row = QWidget()
+    lay = QHBoxLayout(row)
+    lay.setContentsMargins(0, 0, 0, 0)
+    for w in widgets:
+        lay.addWidget(w)
+    return row
