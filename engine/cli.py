@@ -31,8 +31,8 @@ def _add_drafter_args(g: argparse.ArgumentParser) -> None:
     g.add_argument("--medusa", help="Medusa heads folder (default: the bundled heads)")
     g.add_argument(
         "--medusa-tree",
-        default="cpu_16",
-        help="Medusa tree: a name (cpu_16, mc_sim_7b_63, chain_4) or a JSON list of paths",
+        default="cpu_24",
+        help="Medusa tree: a name (cpu_24, cpu_16, mc_sim_7b_63, chain_4) or a JSON list of paths",
     )
     g.add_argument(
         "--acceptance",
@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     eg.add_argument("--out", required=True)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
     card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
+    card.add_argument(
+        "--only",
+        default=None,
+        help="re-measure only these comma-separated sections (medusa, eagle, lookahead) of an existing card",
+    )
     return parser
 
 
@@ -329,6 +334,15 @@ def cmd_train(args) -> int:
 
         if not (Path(args.models) / "training.json").exists():
             raise GlanceError(f"{args.models} holds no training.json: run 'train demo' first")
+        if args.only:
+            from engine.train.card import refresh_card
+
+            sections = [x.strip() for x in args.only.split(",") if x.strip()]
+            bad = [x for x in sections if x not in ("medusa", "eagle", "lookahead")]
+            if bad or not (Path(args.models) / "evaluation.json").exists():
+                raise GlanceError("--only takes medusa, eagle, lookahead, and needs a card measured before")
+            print(refresh_card(Path(args.models), sections))
+            return 0
         print(write_card(Path(args.models)))
         return 0
     if args.what == "medusa":

@@ -71,6 +71,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "",
         *_medusa_section(evaluation),
         *_eagle_section(evaluation),
+        *_lookahead_section(evaluation),
         "## Sample greedy completions (target, float32)",
         "",
     ]
@@ -157,6 +158,27 @@ def _eagle_section(evaluation: dict) -> list[str]:
     ]
 
 
+def _lookahead_section(evaluation: dict) -> list[str]:
+    la = evaluation.get("lookahead")
+    if not la:
+        return []
+    st = la["settings"]
+    return [
+        "## Lookahead decoding (no extra weights)",
+        "",
+        f"Greedy lookahead decoding (window {st['window']}, n-gram {st['ngram']}, {st['guesses']} guesses per step, "
+        f"prompt and output n-grams pooled too: {st['context_ngrams']}), {la['dtype']}, up to {la['max_new_tokens']} "
+        f"new tokens on each of the {la['prompts']} held-out prompts: mean accepted length "
+        f"**{la['mean_accepted_length']:.3f}**, acceptance rate {la['acceptance_rate']:.3f}, output identical to "
+        f"plain greedy on every prompt: {la['outputs_identical_to_plain_greedy']}.",
+        "",
+        "| category | tau |",
+        "|---|---|",
+        *[f"| {k} | {v:.2f} |" for k, v in la["tau_by_category"].items()],
+        "",
+    ]
+
+
 def _medusa_reproduce(evaluation: dict) -> list[str]:
     if not evaluation.get("medusa"):
         return []
@@ -171,6 +193,29 @@ def _medusa_reproduce(evaluation: dict) -> list[str]:
             " --out runs/demo/eagle"
         )
     return lines
+
+
+def refresh_card(models: Path, sections: list[str]) -> str:
+    """Re-measure only the given drafting sections (medusa, eagle, lookahead) of an existing evaluation.json and
+    rewrite README.md: after retraining heads or changing a drafter's defaults, without re-measuring the rest."""
+    from engine.train.evaluate import speculative_acceptance
+    from engine.train.prompts import load_prompt_suite
+
+    models = Path(models)
+    training = json.loads((models / "training.json").read_text())
+    evaluation = json.loads((models / "evaluation.json").read_text())
+    prompts = load_prompt_suite(Path(__file__).resolve().parents[2] / "resources" / "prompts" / "suite.jsonl")
+    for name in sections:
+        acc = speculative_acceptance(models, prompts, method=name)
+        if name == "lookahead":
+            evaluation["lookahead"] = acc
+        else:
+            trained = json.loads((models / name / "training.json").read_text())
+            evaluation[name] = {"training": trained, "acceptance": acc}
+    (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
+    card = render_card(training, evaluation)
+    (models / "README.md").write_text(card)
+    return card
 
 
 def write_card(models: Path) -> str:
@@ -201,6 +246,7 @@ def write_card(models: Path) -> str:
             "training": json.loads((models / "eagle" / "training.json").read_text()),
             "acceptance": speculative_acceptance(models, prompts, method="eagle"),
         }
+    evaluation["lookahead"] = speculative_acceptance(models, prompts, method="lookahead")
     (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     card = render_card(training, evaluation)
     (models / "README.md").write_text(card)

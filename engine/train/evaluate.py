@@ -43,7 +43,7 @@ def speculative_acceptance(
     gamma: int = 4,
     max_new_tokens: int = 64,
     dtype: str = "float32",
-    medusa_tree: str = "cpu_16",
+    medusa_tree: str | None = None,
 ) -> dict:
     """Greedy `method` vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
     from engine.variants import DrafterOptions, build_drafter, load_parts
@@ -52,7 +52,7 @@ def speculative_acceptance(
     parts = load_parts(
         target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"), eagle=str(models / "eagle")
     )
-    options = DrafterOptions(gamma=gamma, medusa_tree=medusa_tree)
+    options = DrafterOptions(gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
     tok = target.tokenizer
     eos = tok.eos_token_id
     steps = emitted = accepted = proposed = 0
@@ -114,7 +114,13 @@ def step_costs(models: Path, dtype: str = "bfloat16") -> dict:
 
 
 def compare_settings(
-    models: Path, prompts: list[dict], method: str, settings: dict, max_new_tokens: int = 64, dtype: str = "bfloat16"
+    models: Path,
+    prompts: list[dict],
+    method: str,
+    settings: dict,
+    max_new_tokens: int = 64,
+    dtype: str = "bfloat16",
+    repeats: int = 1,
 ) -> dict:
     """tau, tokens/s and speedup of greedy `method` under each named DrafterOptions against plain decoding, same
     prompts, same process; used to pick defaults on this CPU (the numbers are written beside the defaults)."""
@@ -126,17 +132,21 @@ def compare_settings(
     )
     eos = target.tokenizer.eos_token_id
     encoded = [target.tokenizer(r["prompt"])["input_ids"] for r in prompts]
-    results: dict = {}
-    for name, options in {"ar": None, **settings}.items():
-        tokens = seconds = steps = emitted = 0.0
-        for ids in encoded:
-            drafter = None if options is None else build_drafter(method, target, parts, options)
-            res = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
-            tokens += res.summary.new_tokens
-            seconds += res.summary.wall_seconds
-            steps += res.summary.steps
-            emitted += sum(len(e.tokens) for e in res.events[1:])
-        results[name] = {"tau": round(emitted / steps, 3), "tokens_per_second": round(tokens / seconds, 1)}
+    named = {"ar": None, **settings}
+    totals = {name: [0.0, 0.0, 0, 0] for name in named}  # tokens, seconds, steps, emitted
+    for _ in range(repeats):
+        for ids in encoded:  # settings interleaved per prompt, so drift in the machine's speed hits all alike
+            for name, options in named.items():
+                drafter = None if options is None else build_drafter(method, target, parts, options)
+                res = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
+                t = totals[name]
+                t[0] += res.summary.new_tokens
+                t[1] += res.summary.wall_seconds
+                t[2] += res.summary.steps
+                t[3] += sum(len(e.tokens) for e in res.events[1:])
+    results = {
+        name: {"tau": round(t[3] / t[2], 3), "tokens_per_second": round(t[0] / t[1], 1)} for name, t in totals.items()
+    }
     base = results["ar"]["tokens_per_second"]
     for r in results.values():
         r["speedup"] = round(r["tokens_per_second"] / base, 3)
