@@ -28,7 +28,7 @@ from app.theme import RESOURCES
 from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL
 from engine.drafters.lookahead import DEFAULT_GUESSES, DEFAULT_NGRAM, DEFAULT_WINDOW
 from engine.drafters.medusa import DEFAULT_TREE, TREES
-from engine.variants import METHODS
+from engine.variants import DEFAULT_GAMMA, METHODS
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
 DEFAULT_PROMPT = "def fibonacci(n):"
@@ -140,8 +140,12 @@ class SettingsPanel(QGroupBox):
             box.setChecked(True)
         self.gamma = QSpinBox()
         self.gamma.setRange(1, 16)
-        self.gamma.setValue(4)
+        self.gamma.setValue(DEFAULT_GAMMA)
         self.adaptive = QCheckBox("adaptive gamma")
+        self.draft_confidence = QDoubleSpinBox()
+        self.draft_confidence.setRange(0.0, 0.95)
+        self.draft_confidence.setSingleStep(0.05)
+        self.draft_confidence.setToolTip("stop drafting when the draft's probability of its token falls below this")
         self.medusa_tree = QComboBox()
         self.medusa_tree.addItems(list(TREES))
         self.medusa_tree.setCurrentText(DEFAULT_TREE)
@@ -190,6 +194,7 @@ class SettingsPanel(QGroupBox):
         form.addRow("race", row)
         form.addRow("vanilla gamma", self.gamma)
         form.addRow(self.adaptive)
+        form.addRow("vanilla stop below p", self.draft_confidence)
         form.addRow("medusa tree", self.medusa_tree)
         form.addRow("medusa acceptance", self.acceptance)
         form.addRow("eagle mode", self.eagle_mode)
@@ -261,7 +266,7 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.temperature.setValue(get("temperature", 0.0, float))
     gen.top_p.setValue(get("top_p", 1.0, float))
     gen.seed.setValue(get("seed", 0, int))
-    gen.gamma.setValue(get("gamma", 4, int))
+    gen.gamma.setValue(get("gamma", DEFAULT_GAMMA, int))
     gen.adaptive.setChecked(get("adaptive", False, bool))
     try:
         w, n, g, c = (int(v) for v in get("lookahead", "").split(","))

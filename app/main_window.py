@@ -322,6 +322,7 @@ class MainWindow(QMainWindow):
         return DrafterOptions(
             gamma=g.gamma.value(),
             adaptive=g.adaptive.isChecked(),
+            draft_confidence=g.draft_confidence.value(),
             medusa_tree=g.medusa_tree.currentText(),
             acceptance=g.acceptance.currentText(),
             eagle_mode=g.eagle_mode.currentText(),

@@ -1,4 +1,5 @@
-"""Take the README's screenshots from the real app: a race on the bundled models, then the step inspector.
+"""Take the README's screenshots from the real app: a race on the bundled models, the step inspector (an EAGLE-2
+step and a lookahead step), and the Benchmark tab showing the batch sweep of docs/bench-sweep/results.json.
 
 QT_QPA_PLATFORM=offscreen python docs/screenshot.py
 """
@@ -49,6 +50,22 @@ def main() -> None:
     win.inspect(lane.name, 3)
     app.processEvents()
     win.grab().save(str(out / "inspector.png"))
+    look = win.lanes.get("lookahead")
+    if look is not None:
+        step = next((e.step for e in look.events if e.extra.get("ngrams") and e.accepted_nodes), 1)
+        win.inspect("lookahead", step)
+        app.processEvents()
+        win.grab().save(str(out / "inspector_lookahead.png"))
+    sweep = out / "bench-sweep" / "results.json"
+    if sweep.exists():
+        import json
+
+        results = json.loads(sweep.read_text())
+        results["sweep"]["rows"] = {int(k): v for k, v in results["sweep"]["rows"].items()}
+        win.bench.show_results(results)
+        win.tabs.setCurrentWidget(win.bench)
+        app.processEvents()
+        win.grab().save(str(out / "benchmark.png"))
     win.close()
 
 

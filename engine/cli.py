@@ -26,7 +26,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
 
 def _add_drafter_args(g: argparse.ArgumentParser) -> None:
     """Per-method knobs shared by generate and bench."""
-    g.add_argument("--gamma", type=int, default=4, help="vanilla: draft tokens per step")
+    g.add_argument("--gamma", type=int, default=3, help="vanilla: draft tokens per step (default 3)")
+    g.add_argument(
+        "--draft-confidence",
+        type=float,
+        default=None,
+        help="vanilla: stop drafting when the draft's probability of its token falls below this (0 = never)",
+    )
     g.add_argument("--adaptive", action="store_true", help="vanilla: adapt gamma (+2 all accepted, -1 otherwise)")
     g.add_argument("--medusa", help="Medusa heads folder (default: the bundled heads)")
     g.add_argument(
@@ -138,6 +144,8 @@ def _drafter_options(args):
 
     knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
     knobs |= {f"lookahead_{k}": getattr(args, f"lookahead_{k}") for k in ("window", "ngram", "guesses")}
+    if args.draft_confidence is not None:
+        knobs["draft_confidence"] = args.draft_confidence
     return DrafterOptions(
         gamma=args.gamma,
         adaptive=args.adaptive,

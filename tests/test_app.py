@@ -237,7 +237,7 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     assert not win.banner.isVisible(), win.banner.text()
     sweep = tab.results["sweep"]
     assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead"}
-    assert "batch" in tab.table.toPlainText() and "tok/s (speedup)" in tab.table.toPlainText()
+    assert "batch" in tab.table.toPlainText() and "tok/s (speedup, τ)" in tab.table.toPlainText()
     assert len(tab.plot.getPlotItem().listDataItems()) == 2  # one speedup curve per drafting method
     assert tab.progress.value() == tab.progress.maximum() > 0
     names = {p.name for p in tab.export_to(tmp_path / "sweep")}

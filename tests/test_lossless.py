@@ -87,3 +87,15 @@ def test_cancel_between_steps_keeps_partial_output():
     assert len(rest) == 1 and rest[0].stop_reason == "cancelled"
     assert rest[0].token_ids == [t for e in seen for t in e.tokens]
     assert rest[0].token_ids == reference(target, PROMPTS[0])[:3]
+
+
+@pytest.mark.parametrize("confidence", [0.3, 0.7])
+def test_vanilla_confidence_stop_is_lossless_and_shortens_chains(setup, confidence):
+    _, target, drafts, refs = setup
+    lengths = []
+    for prompt, ref in zip(PROMPTS, refs):
+        drafter = VanillaDrafter(drafts["perturbed"], gamma=6, confidence=confidence)
+        res = Decoder(target, drafter, max_new_tokens=NEW).generate(prompt)
+        assert res.tokens == ref
+        lengths += [len(e.draft_tokens) for e in res.events[1:]]
+    assert min(lengths) < 6  # the draft stopped early on doubtful tokens

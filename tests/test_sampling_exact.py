@@ -41,3 +41,19 @@ def test_vanilla_sampling_matches_target_distribution():
     assert float((p - q).abs().sum()) / 2 > 0.3
     pv = chisquare(counts.numpy(), expected.numpy() * n).pvalue
     assert pv > 1e-3, (pv, counts, expected * n)
+
+
+def test_vanilla_with_confidence_stop_matches_target_distribution():
+    """Stopping the chain on the draft's own doubt reads only the draft's side: the output stays exact."""
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)
+    drafter = VanillaDrafter(draft, gamma=4, confidence=0.5)
+    counts = torch.zeros(V)
+    n, short = 1000, 0
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=5).generate(PROMPT)
+        counts[res.tokens[1]] += 1
+        short += len(res.events[1].draft_tokens) < 3
+    assert short > 50  # the stop did cut chains
+    pv = chisquare(counts.numpy(), exact_second_token(target).numpy() * n).pvalue
+    assert pv > 1e-3, (pv, counts)

@@ -118,24 +118,32 @@ class EagleDrafter(Drafter):
         depth_cap = min(self.depth, max_tokens)
         fed = 0
 
-        def add_children(parent: int, feat: torch.Tensor, logp: torch.Tensor, base_score: float, ranks) -> list:
-            top = logp.topk(max(ranks) + 1)
+        def add_children(parent: int, feat: torch.Tensor, top: tuple[list, list], base_score: float, ranks) -> list:
+            """Children of `parent` at the given ranks of its top candidates (ids, log-probs as Python lists)."""
+            ids, logps = top
             new = []
             for r in ranks:
-                tokens.append(int(top.indices[r]))
+                tokens.append(ids[r])
                 parents.append(parent)
-                scores.append(base_score + float(top.values[r]))
+                scores.append(base_score + logps[r])
                 in_feat.append(feat)
                 node = len(tokens) - 1
                 paths[node] = (paths[parent] if parent >= 0 else ()) + (r,)
                 new.append(node)
             return new
 
-        logp0 = torch.log_softmax(self.head.logits(root_feat).float(), -1)
+        def top_lists(logits: torch.Tensor, k: int) -> list[tuple[list, list]]:
+            """Per row of logits [m, V]: the top-k token ids and log-probs, in one topk and one copy to Python."""
+            top = torch.log_softmax(logits.float(), -1).topk(k, dim=-1)
+            return list(zip(top.indices.tolist(), top.values.tolist()))
+
+        k_root = self.top_k if self.dynamic else max(p[0] for p in self.paths) + 1
+        k_child = self.top_k if self.dynamic else max(p[-1] for p in self.paths) + 1
+        (root_top,) = top_lists(self.head.logits(root_feat[None]), k_root)
         if self.dynamic:
-            frontier = add_children(-1, root_feat, logp0, 0.0, range(self.top_k))
+            frontier = add_children(-1, root_feat, root_top, 0.0, range(self.top_k))
         else:
-            frontier = add_children(-1, root_feat, logp0, 0.0, sorted({p[0] for p in self.paths if len(p) == 1}))
+            frontier = add_children(-1, root_feat, root_top, 0.0, sorted({p[0] for p in self.paths if len(p) == 1}))
         for d in range(2, depth_cap + 1):
             if not self.dynamic:
                 frontier = [n for n in frontier if any(len(p) == d and p[:-1] == paths[n] for p in self.paths)]
@@ -154,14 +162,14 @@ class EagleDrafter(Drafter):
             for i, n in enumerate(frontier):
                 slot[n] = fed + i
             fed += len(frontier)
-            logps = torch.log_softmax(self.head.logits(outs).float(), -1)  # [m, V]
+            tops = top_lists(self.head.logits(outs), k_child)  # one LM-head call for the whole frontier
             children = []
             for i, n in enumerate(frontier):
                 if self.dynamic:
                     ranks = range(self.top_k)
                 else:
                     ranks = sorted({p[-1] for p in self.paths if len(p) == d and p[:-1] == paths[n]})
-                children += add_children(n, outs[i], logps[i], scores[n], ranks)
+                children += add_children(n, outs[i], tops[i], scores[n], ranks)
             if self.dynamic:  # the next frontier: the best top_k of this depth by cumulative log-probability
                 children = sorted(children, key=lambda c: -scores[c])[: self.top_k]
             frontier = children

@@ -2,6 +2,11 @@
 
 The draft keeps its own KV cache over the committed tokens; after verification it is cropped back to the longest
 prefix that is still committed, and the next proposal feeds whatever the draft has not seen yet.
+
+With `confidence` > 0 the chain also stops early once the draft's own probability (temperature 1) of its latest
+token falls below it, as transformers' `assistant_confidence_threshold` does: a draft forward whose token would
+likely be rejected is skipped. The stopping rule reads only the draft's side, so every verified token still goes
+through the same exact rule.
 """
 
 from __future__ import annotations
@@ -27,9 +32,13 @@ class VanillaDrafter(Drafter):
         adaptive: bool = False,
         target_vocab: int | None = None,
         max_gamma: int = MAX_GAMMA,
+        confidence: float = 0.0,
     ):
         if gamma < 1:
             raise ValueError("gamma must be >= 1")
+        if not 0.0 <= confidence < 1.0:
+            raise ValueError("the draft confidence threshold must be in [0, 1)")
+        self.confidence = confidence
         self.model = draft_model
         self.initial_gamma = gamma
         self.gamma = gamma
@@ -83,6 +92,8 @@ class VanillaDrafter(Drafter):
             x = int(q.argmax()) if state.sampling.greedy else sample(q, state.generator)
             tokens.append(x)
             qs.append(q)
+            if self.confidence and float(torch.softmax(logits.float(), -1)[x]) < self.confidence:
+                break  # the draft doubts this token: verify what we have rather than draft on
             if i + 1 < n:
                 logits = self._step([x])
         q_probs = None if state.sampling.greedy else torch.stack(qs)  # [n, V]
@@ -97,4 +108,4 @@ class VanillaDrafter(Drafter):
                 self.gamma = max(1, self.gamma - 1)
 
     def settings(self) -> dict:
-        return {"gamma": self.initial_gamma, "adaptive": self.adaptive}
+        return {"gamma": self.initial_gamma, "adaptive": self.adaptive, "confidence": self.confidence}
