@@ -112,6 +112,8 @@ class BenchmarkTab(QWidget):
         self.plot.clear()
         if "sweep" in results:
             sw = results["sweep"]
+            self.mode.setCurrentText("batch sweep")  # the controls show what produced the results
+            self.batch_sizes.setText(",".join(str(b) for b in sw["batch_sizes"]))
             self.plot.setLabel("bottom", "batch size")
             self.plot.setLabel("left", "speedup over batched plain decoding")
             for m in sw["methods"]:
@@ -123,6 +125,7 @@ class BenchmarkTab(QWidget):
                 )
             self.plot.addLine(y=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
         elif "suite" in results:
+            self.mode.setCurrentText("prompt suite")
             methods = [m for m, r in results["suite"]["methods"].items() if r.get("speedup") is not None]
             self.plot.setLabel("bottom", "method")
             self.plot.setLabel("left", "speedup over plain decoding")
