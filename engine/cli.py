@@ -286,6 +286,10 @@ def cmd_bench(args) -> int:
         raise GlanceError(f"unknown method(s) {', '.join(unknown) or '(none)'}: use {', '.join(METHODS + REFERENCES)}")
     if args.max_new_tokens < 1:
         raise GlanceError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
+    if args.limit is not None and args.limit < 1:
+        raise GlanceError(f"--limit must be at least 1 (got {args.limit})")
+    if args.repeats < 1:
+        raise GlanceError(f"--repeats must be at least 1 (got {args.repeats})")
     try:
         sizes = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else None
     except ValueError:
@@ -330,8 +334,11 @@ def cmd_bench(args) -> int:
         results = run_benchmark(setup, prompts, methods, args.repeats, sizes, progress)
     finally:
         bar.close()
-    paths = write(results, Path(args.out))
-    print(markdown(results))
+    print(markdown(results))  # first, so a failed write below loses no numbers
+    try:
+        paths = write(results, Path(args.out))
+    except OSError as exc:
+        raise GlanceError(f"cannot write the results to {args.out}: {exc.strerror or exc}") from None
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     return 0
 

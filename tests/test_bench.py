@@ -85,7 +85,22 @@ def test_bench_cli_rejects_bad_input(capsys):
         (["--methods", "ar,warp"], "unknown method"),
         (["--batch-sizes", "1,x"], "comma-separated integers"),
         (["--prompts", "/nonexistent.jsonl"], "prompt file not found"),
+        (["--limit", "0"], "--limit must be at least 1"),
+        (["--repeats", "0"], "--repeats must be at least 1"),
     ):
         assert main(["bench", *argv]) == 2
         err = capsys.readouterr().err
         assert match in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_cli_unwritable_out_keeps_the_table(model_folders, capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    argv = ["bench", "--target", str(model_folders["target"]), "--methods", "ar", "--limit", "1"]
+    argv += ["--max-new-tokens", "4", "--dtype", "float32", "--out", str(blocker / "out")]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps(PROMPTS[0]) + "\n")
+    assert main([*argv, "--prompts", str(prompts)]) == 2
+    out, err = capsys.readouterr()
+    assert "| plain decoding (Glance) |" in out  # the numbers were printed before the write failed
+    assert err.strip().splitlines()[-1].startswith("glance: error: cannot write the results")  # after the bar
