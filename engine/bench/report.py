@@ -78,8 +78,11 @@ def category_table(categories: dict) -> str:
 
 
 def cost_table(cost: dict) -> str:
-    forward = cost["forward_ms"]
-    text = "Target forward (ms) by new tokens: " + ", ".join(f"{k}: {v:.2f}" for k, v in forward.items()) + "\n\n"
+    from engine.bench.cost import SHOWN_SIZES
+
+    forward = {int(k): v for k, v in cost["forward_ms"].items()}
+    shown = [k for k in SHOWN_SIZES if k in forward] or list(forward)
+    text = "Target forward (ms) by new tokens: " + ", ".join(f"{k}: {forward[k]:.2f}" for k in shown) + "\n\n"
     text += (
         "| method | tokens/step used | predicted speedup | measured | measured / predicted |\n|---|---|---|---|---|\n"
     )
