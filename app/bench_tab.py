@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.controls import _row
 from app.theme import variant_color
 from engine.bench.reference import REFERENCES
 from engine.bench.report import LABELS, markdown, write
@@ -150,12 +151,3 @@ class BenchmarkTab(QWidget):
                 self.progress.setToolTip("wrote " + ", ".join(p.name for p in paths))
             except GlanceError as exc:
                 self.table.append(f"\n{exc}")
-
-
-def _row(*widgets: QWidget) -> QWidget:
-    row = QWidget()
-    lay = QHBoxLayout(row)
-    lay.setContentsMargins(0, 0, 0, 0)
-    for w in widgets:
-        lay.addWidget(w)
-    return row

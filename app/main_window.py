@@ -248,12 +248,18 @@ class MainWindow(QMainWindow):
         have = self.models or {}
         return [m for m in self.gen_panel.chosen_methods() if m not in NEEDS or have.get(NEEDS[m]) is not None]
 
-    def race(self, methods: list[str] | None = None) -> None:
+    def _ready_to_run(self) -> bool:
+        """No job running and models loaded; otherwise say which, in the banner."""
         if self.job:
             self.show_error(f"a {self.job} is already running: press Stop first")
-            return
+            return False
         if not self.models:
             self.show_error("no model is loaded: press Load first")
+            return False
+        return True
+
+    def race(self, methods: list[str] | None = None) -> None:
+        if not self._ready_to_run():
             return
         prompt = self.prompt_panel.text.toPlainText()
         if not prompt.strip():
@@ -337,11 +343,7 @@ class MainWindow(QMainWindow):
 
     def run_benchmark(self) -> None:
         """The Benchmark tab's suite or sweep on the loaded models, as a worker job."""
-        if self.job:
-            self.show_error(f"a {self.job} is already running: press Stop first")
-            return
-        if not self.models:
-            self.show_error("no model is loaded: press Load first")
+        if not self._ready_to_run():
             return
         from app.controls import PROMPTS
         from engine.bench.run import run_benchmark

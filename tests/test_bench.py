@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from engine.bench.cost import chain_expected_length, interpolate, predict_speedup, predictions
+from engine.bench.cost import chain_expected_length, cost_model, fit_line, predict_speedup, predictions
 from engine.bench.report import markdown, write
 from engine.bench.run import run_benchmark
 from engine.bench.suite import BenchSetup
@@ -64,17 +64,18 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
 
 
 def test_chain_prediction_matches_the_formula():
-    a, gamma = 0.6, 4
-    expected = (1 - a**5) / (1 - a)
-    assert chain_expected_length(a, gamma) == pytest.approx(expected)
+    a_, gamma = 0.6, 4
+    expected = (1 - a_**5) / (1 - a_)
+    assert chain_expected_length(a_, gamma) == pytest.approx(expected)
     assert chain_expected_length(1.0, gamma) == 5.0 and chain_expected_length(0.0, gamma) == 1.0
-    costs = {1: 0.010, 8: 0.012}
-    # a step: 3 ms drafting + a 5-token forward (interpolated to 11.14 ms); plain decoding: 10 ms per token
-    assert interpolate(costs, 5) == pytest.approx(0.010 + 0.002 * 4 / 7)
-    assert predict_speedup(expected, 5, 0.003, costs) == pytest.approx(
-        expected * 0.010 / (0.003 + interpolate(costs, 5))
-    )
-    row = {"steps": 10, "tau": 9.9, "token_acceptance": a, "chain_length": gamma, "speedup": 1.5}
+    costs = {1: 0.010, 8: 0.0121, 64: 0.0289}  # a straight line: 9.7 ms + 0.3 ms per token
+    assert fit_line(costs) == pytest.approx((0.0097, 0.0003))
+    cost = cost_model(costs)
+    # a step: 3 ms drafting + a 5-token forward; plain decoding: one 1-token forward per token
+    assert predict_speedup(expected, 5, 0.003, cost) == pytest.approx(expected * cost(1) / (0.003 + cost(5)))
+    levelled = cost_model(costs, plain_step=0.020)  # the same shape, levelled to a plain step measured at 20 ms
+    assert levelled(1) == pytest.approx(0.020) and levelled(5) / levelled(1) == pytest.approx(cost(5) / cost(1))
+    row = {"steps": 10, "tau": 9.9, "token_acceptance": a_, "chain_length": gamma, "speedup": 1.5}
     row |= {"verify_tokens_per_step": 5, "draft_ms_per_step": 3.0}
     pred = predictions({"vanilla": row}, costs)["vanilla"]
     assert pred["expected_tokens_per_step"] == pytest.approx(expected, abs=1e-3)  # the formula, not the measured tau

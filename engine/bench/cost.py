@@ -4,9 +4,9 @@ measured per-token acceptance, trees and lookahead their measured tau."""
 
 from __future__ import annotations
 
-import bisect
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import DynamicCache
@@ -28,52 +28,60 @@ def chain_expected_length(acceptance: float, gamma: int) -> float:
 
 @torch.no_grad()
 def forward_costs(
-    model: torch.nn.Module, sizes=FORWARD_SIZES, context: int = 128, repeats: int = 7
+    model: torch.nn.Module, sizes=FORWARD_SIZES, context: int = 128, repeats: int = 5
 ) -> dict[int, float]:
-    """Median seconds of one cached target forward over k new tokens after `context` tokens, for each k."""
+    """Median seconds of one cached target forward over k new tokens after `context` tokens, for each k. The sizes
+    are measured in interleaved rounds, so drift in the machine's speed hits every k alike."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
     prefix = torch.randint(0, vocab, (1, context), device=device)
     cache = DynamicCache(config=model.config)
     model(input_ids=prefix, cache=cache, use_cache=True)
-    costs = {}
-    for k in sizes:
-        times = []
-        for _ in range(repeats):
+    times: dict[int, list[float]] = {k: [] for k in sizes}
+    for _ in range(repeats):
+        for k in sizes:
             step = torch.randint(0, vocab, (1, k), device=device)
             t = time.perf_counter()
             model(input_ids=step, cache=cache, use_cache=True)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            times.append(time.perf_counter() - t)
+            times[k].append(time.perf_counter() - t)
             crop(cache, context)
-        costs[k] = statistics.median(times)
-    return costs
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
-def interpolate(costs: dict[int, float], k: float) -> float:
-    """Forward cost for k tokens, linear between measured sizes (clamped at the ends)."""
-    sizes = sorted(costs)
-    if k <= sizes[0]:
-        return costs[sizes[0]]
-    if k >= sizes[-1]:
-        return costs[sizes[-1]] * k / sizes[-1]
-    i = bisect.bisect_left(sizes, k)
-    lo, hi = sizes[i - 1], sizes[i]
-    w = (k - lo) / (hi - lo)
-    return costs[lo] * (1 - w) + costs[hi] * w
+def fit_line(costs: dict[int, float]) -> tuple[float, float]:
+    """Least-squares a + b * k through the measured costs: robust to the noise of single sizes."""
+    ks = list(costs)
+    n = len(ks)
+    if n == 1:
+        return costs[ks[0]], 0.0
+    mk = sum(ks) / n
+    mc = sum(costs.values()) / n
+    var = sum((k - mk) ** 2 for k in ks)
+    b = sum((k - mk) * (costs[k] - mc) for k in ks) / var if var else 0.0
+    return mc - b * mk, b
+
+
+def cost_model(costs: dict[int, float], plain_step: float | None = None) -> Callable[[float], float]:
+    """Seconds of a forward over k tokens: the fitted line's shape, levelled so that k = 1 costs `plain_step` (plain
+    decoding's measured step in the same run) when given, so drift between the two measurements cancels."""
+    a, b = fit_line(costs)
+    scale = plain_step / (a + b) if plain_step and a + b > 0 else 1.0
+    return lambda k: (a + b * k) * scale
 
 
 def predict_speedup(
-    tokens_per_step: float, verify_tokens: float, draft_seconds: float, costs: dict[int, float]
+    tokens_per_step: float, verify_tokens: float, draft_seconds: float, cost: Callable[[float], float]
 ) -> float:
     """Speedup over plain decoding: tokens per step / (draft time + forward over verify_tokens), in plain steps."""
-    step = draft_seconds + interpolate(costs, verify_tokens)
-    return tokens_per_step * interpolate(costs, 1) / step
+    return tokens_per_step * cost(1) / (draft_seconds + cost(verify_tokens))
 
 
 def predictions(methods: dict[str, dict], costs: dict[int, float]) -> dict[str, dict]:
     """Predicted against measured speedup for each method's aggregate (see suite.aggregate)."""
+    plain = methods.get("ar", {}).get("verify_ms_per_step")
+    cost = cost_model(costs, plain / 1e3 if plain else None)
     out = {}
     for name, m in methods.items():
         if name == "ar" or not m.get("steps"):
@@ -83,7 +91,7 @@ def predictions(methods: dict[str, dict], costs: dict[int, float]) -> dict[str, 
             expected = chain_expected_length(m["token_acceptance"], gamma)
         else:
             expected = m["tau"]
-        predicted = predict_speedup(expected, m["verify_tokens_per_step"], m["draft_ms_per_step"] / 1e3, costs)
+        predicted = predict_speedup(expected, m["verify_tokens_per_step"], m["draft_ms_per_step"] / 1e3, cost)
         out[name] = {
             "expected_tokens_per_step": round(expected, 3),
             "predicted_speedup": round(predicted, 3),

@@ -82,7 +82,14 @@ def cost_table(cost: dict) -> str:
 
     forward = {int(k): v for k, v in cost["forward_ms"].items()}
     shown = [k for k in SHOWN_SIZES if k in forward] or list(forward)
-    text = "Target forward (ms) by new tokens: " + ", ".join(f"{k}: {forward[k]:.2f}" for k in shown) + "\n\n"
+    text = "Target forward (ms) by new tokens: " + ", ".join(f"{k}: {forward[k]:.2f}" for k in shown) + "\n"
+    if "fit_ms" in cost:
+        a, b = cost["fit_ms"]["a"], cost["fit_ms"]["b"]
+        text += (
+            f"\nLeast-squares fit over k = 1..{max(forward)}: {a:.2f} + {b:.3f} k ms; predictions use its shape, "
+            "levelled to plain decoding's measured step in the same run.\n"
+        )
+    text += "\n"
     text += (
         "| method | tokens/step used | predicted speedup | measured | measured / predicted |\n|---|---|---|---|---|\n"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 
-from engine.bench.cost import forward_costs, predictions
+from engine.bench.cost import fit_line, forward_costs, predictions
 from engine.bench.report import environment
 from engine.bench.suite import BenchSetup, Progress, run_suite
 from engine.bench.sweep import break_even, run_sweep
@@ -52,6 +52,7 @@ def run_benchmark(
     costs = forward_costs(target.model)
     results["cost_model"] = {
         "forward_ms": {k: round(v * 1e3, 3) for k, v in costs.items()},
+        "fit_ms": dict(zip(("a", "b"), (round(x * 1e3, 4) for x in fit_line(costs)))),
         "predictions": predictions(suite["methods"], costs),
     }
     return results
