@@ -76,11 +76,8 @@ class BenchmarkTab(QWidget):
         lay = QHBoxLayout(self)
         lay.addWidget(controls)
         lay.addWidget(split, 1)
-        self.run.clicked.connect(self._request_run)
+        self.run.clicked.connect(self.runRequested.emit)
         self.export.clicked.connect(self._ask_export)
-
-    def _request_run(self) -> None:
-        self.runRequested.emit()
 
     def sweep_sizes(self) -> list[int] | None:
         """Batch sizes when the sweep is chosen, else None; raises GlanceError on bad input."""

@@ -53,6 +53,15 @@ def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:
     return row
 
 
+def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(lo, hi)
+    box.setValue(value)
+    if tip:
+        box.setToolTip(tip)
+    return box
+
+
 def _row(*widgets: QWidget) -> QWidget:
     row = QWidget()
     lay = QHBoxLayout(row)
@@ -154,27 +163,12 @@ class SettingsPanel(QGroupBox):
         self.acceptance.setToolTip("typical acceptance is Medusa's approximate rule: faster, not exact")
         self.eagle_mode = QComboBox()
         self.eagle_mode.addItems(["dynamic", "static"])
-        self.eagle_top_k = QSpinBox()
-        self.eagle_top_k.setRange(1, 32)
-        self.eagle_top_k.setValue(DEFAULT_TOP_K)
-        self.eagle_depth = QSpinBox()
-        self.eagle_depth.setRange(1, 12)
-        self.eagle_depth.setValue(DEFAULT_DEPTH)
-        self.eagle_total = QSpinBox()
-        self.eagle_total.setRange(1, 128)
-        self.eagle_total.setValue(DEFAULT_TOTAL)
-        self.lookahead_window = QSpinBox()
-        self.lookahead_window.setRange(1, 32)
-        self.lookahead_window.setValue(DEFAULT_WINDOW)
-        self.lookahead_window.setToolTip("W: window width (Jacobi guesses per level)")
-        self.lookahead_ngram = QSpinBox()
-        self.lookahead_ngram.setRange(2, 8)
-        self.lookahead_ngram.setValue(DEFAULT_NGRAM)
-        self.lookahead_ngram.setToolTip("N: n-gram size (the window keeps N - 1 levels)")
-        self.lookahead_guesses = QSpinBox()
-        self.lookahead_guesses.setRange(0, 32)
-        self.lookahead_guesses.setValue(DEFAULT_GUESSES)
-        self.lookahead_guesses.setToolTip("G: pooled n-grams verified per step (0: plain decoding)")
+        self.eagle_top_k = _spin(1, 32, DEFAULT_TOP_K)
+        self.eagle_depth = _spin(1, 12, DEFAULT_DEPTH)
+        self.eagle_total = _spin(1, 128, DEFAULT_TOTAL)
+        self.lookahead_window = _spin(1, 32, DEFAULT_WINDOW, "W: window width (Jacobi guesses per level)")
+        self.lookahead_ngram = _spin(2, 8, DEFAULT_NGRAM, "N: n-gram size (the window keeps N - 1 levels)")
+        self.lookahead_guesses = _spin(0, 32, DEFAULT_GUESSES, "G: n-grams verified per step (0: plain decoding)")
         self.lookahead_context = QCheckBox("lookahead: pool prompt and output n-grams too")
         self.lookahead_context.setChecked(True)
         self.sequential = QCheckBox("sequential (benchmark) mode")

@@ -275,7 +275,7 @@ def cmd_bench(args) -> int:
     from engine.bench.report import markdown, write
     from engine.bench.run import run_benchmark
     from engine.bench.suite import BenchSetup
-    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
+    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES, load_model
     from engine.sampling import SamplingConfig
     from engine.train.prompts import load_prompt_suite
     from engine.variants import METHODS, load_parts
@@ -294,8 +294,6 @@ def cmd_bench(args) -> int:
         sizes = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else None
     except ValueError:
         raise GlanceError(f"--batch-sizes takes comma-separated integers (got {args.batch_sizes!r})") from None
-    from engine.models import RESOURCES
-
     prompt_file = Path(args.prompts) if args.prompts else RESOURCES / "prompts" / "suite.jsonl"
     if not prompt_file.exists():
         raise GlanceError(f"prompt file not found: {prompt_file}")

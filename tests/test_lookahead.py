@@ -12,6 +12,7 @@ from engine.sampling import SamplingConfig
 from engine.tree import draft_visibility, tree_position_ids
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
+from tests.test_sampling_exact import exact_second_token
 
 # A prompt that repeats itself, so pooled n-grams match and the verification branch gets exercised.
 LOOPY = [5, 9, 14, 5, 9, 14, 22, 5, 9, 31, 14, 22, 5]
@@ -120,10 +121,7 @@ def test_lookahead_exact_sampling_matches_target():
         counts[res.tokens[1]] += 1
         drafted += bool(res.events[1].draft_tokens)
     assert drafted > 0.9 * n  # the second token nearly always went through the candidate rule
-    with torch.no_grad():
-        p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
-        nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)
-    expected = p0 @ nxt
+    expected = exact_second_token(target, prompt)
     assert chisquare(counts.numpy(), expected.numpy() * n).pvalue > 1e-3
 
 

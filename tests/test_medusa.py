@@ -14,6 +14,7 @@ from engine.sampling import SamplingConfig
 from engine.train.medusa import medusa_loss, target_features
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
+from tests.test_sampling_exact import exact_second_token
 
 
 def random_heads(target, k=4, layers=1, shared=False, seed=0, scale=0.5):
@@ -62,10 +63,7 @@ def test_medusa_exact_sampling_matches_target():
         res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=3).generate(prompt)
         counts[res.tokens[1]] += 1
         assert len(res.events[1].draft_tokens) == 3  # three depth-1 candidates went through the candidate rule
-    with torch.no_grad():
-        p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
-        nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(V)])).logits[:, -1], -1)
-    expected = p0 @ nxt
+    expected = exact_second_token(target, prompt)
     assert chisquare(counts.numpy(), expected.numpy() * n).pvalue > 1e-3
 
 

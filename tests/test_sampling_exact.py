@@ -18,9 +18,11 @@ PROMPT = [3, 7, 1]
 
 
 @torch.no_grad()
-def exact_second_token(target) -> torch.Tensor:
-    p0 = torch.softmax(target(input_ids=torch.tensor([PROMPT])).logits[0, -1], -1)  # [V]
-    nxt = torch.softmax(target(input_ids=torch.tensor([PROMPT + [a] for a in range(V)])).logits[:, -1], -1)
+def exact_second_token(target, prompt: list[int] = PROMPT) -> torch.Tensor:
+    """sum_a p(a | prompt) p(b | prompt, a): the exact distribution [V] of the second sampled token."""
+    vocab = target.config.vocab_size
+    p0 = torch.softmax(target(input_ids=torch.tensor([prompt])).logits[0, -1], -1)  # [V]
+    nxt = torch.softmax(target(input_ids=torch.tensor([prompt + [a] for a in range(vocab)])).logits[:, -1], -1)
     return p0 @ nxt  # [V]
 
 

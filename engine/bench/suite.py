@@ -12,6 +12,7 @@ from engine.decoder import Decoder
 from engine.errors import GlanceError
 from engine.metrics import DepthAcceptance
 from engine.sampling import SamplingConfig
+from engine.tree import node_depths
 from engine.variants import NEEDS, DrafterOptions, build_drafter
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
@@ -57,9 +58,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
             r = hf_generate(
                 method, setup.target.model, ids, max_new, setup.sampling, setup.eos, draft.model if draft else None
             )
-        return {"tokens": r["tokens"], "new_tokens": len(r["tokens"]), "wall_seconds": r["wall_seconds"]} | {
-            "model_seconds": clock.seconds
-        }
+        return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}
     drafter = build_drafter(method, setup.target, setup.parts, setup.options)
     decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method)
     with ModelClock(setup.timed_modules()) as clock:
@@ -76,25 +75,15 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
         "steps": s.steps,
         "emitted": sum(len(e.tokens) for e in steps),
         "accepted": sum(len(e.accepted_nodes) for e in steps),
-        "proposed_depth": sum(max(_depths(e.draft_parents), default=0) for e in steps),
+        "proposed_depth": sum(max(node_depths(e.draft_parents), default=0) for e in steps),
         "reached": depth.reached,
         "accepted_by_depth": depth.accepted,
         "draft_seconds": s.draft_seconds,
         "verify_seconds": s.verify_seconds,
         "prefill_seconds": s.prefill_seconds,
         "verify_tokens": sum(1 + len(e.draft_tokens) + sum(map(len, e.extra.get("window", []))) for e in steps),
-        "chain": all(_is_chain(e.draft_parents) for e in steps),
+        "chain": all(e.draft_parents == list(range(-1, len(e.draft_parents) - 1)) for e in steps),
     }
-
-
-def _depths(parents: list[int]) -> list[int]:
-    from engine.tree import node_depths
-
-    return node_depths(parents)
-
-
-def _is_chain(parents: list[int]) -> bool:
-    return parents == list(range(-1, len(parents) - 1))
 
 
 def run_suite(
