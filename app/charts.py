@@ -31,8 +31,10 @@ class LaneSeries:
     rates: list[float] = field(default_factory=list)
     by_depth: DepthAcceptance = field(default_factory=DepthAcceptance)
     items: dict = field(default_factory=dict)
+    dirty: bool = False  # data arrived that the plot items do not show yet
 
     def add(self, ev: StepEvent) -> None:
+        self.dirty = True
         if ev.clock > 0:
             self.clocks.append(ev.clock)
             self.rates.append(ev.new_tokens / ev.clock)
@@ -95,6 +97,9 @@ class ChartsWidget(QWidget):
         if not self.dirty:
             return
         for s in self.series.values():
+            if not s.dirty:
+                continue
+            s.dirty = False
             s.items["accepted"].setData(np.array(s.steps), np.array(s.lengths))
             s.items["throughput"].setData(np.array(s.clocks), np.array(s.rates))
             counts = Counter(s.lengths)

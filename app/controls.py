@@ -203,6 +203,21 @@ class SettingsPanel(QGroupBox):
         return [m for m, box in self.methods.items() if box.isChecked()]
 
 
+def watch_changes(panels, changed) -> None:
+    """Call `changed()` whenever the user edits any field of the panels (the window saves settings debounced)."""
+    for panel in panels:
+        for edit in panel.findChildren(QLineEdit):
+            edit.textChanged.connect(changed)
+        for text in panel.findChildren(QPlainTextEdit):
+            text.textChanged.connect(changed)
+        for box in panel.findChildren(QComboBox):
+            box.currentIndexChanged.connect(changed)
+        for spin in panel.findChildren(QSpinBox) + panel.findChildren(QDoubleSpinBox):
+            spin.valueChanged.connect(changed)
+        for check in panel.findChildren(QCheckBox):
+            check.toggled.connect(changed)
+
+
 def load_presets() -> list[dict]:
     if not PROMPTS.exists():
         return []
@@ -226,6 +241,8 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("seed", gen.seed.value())
     settings.setValue("gamma", gen.gamma.value())
     settings.setValue("adaptive", gen.adaptive.isChecked())
+    settings.setValue("draft_confidence", gen.draft_confidence.value())
+    settings.setValue("eagle_knobs", f"{gen.eagle_top_k.value()},{gen.eagle_depth.value()},{gen.eagle_total.value()}")
     settings.setValue(
         "lookahead",
         f"{gen.lookahead_window.value()},{gen.lookahead_ngram.value()},"
@@ -262,6 +279,14 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.seed.setValue(get("seed", 0, int))
     gen.gamma.setValue(get("gamma", DEFAULT_GAMMA, int))
     gen.adaptive.setChecked(get("adaptive", False, bool))
+    gen.draft_confidence.setValue(get("draft_confidence", 0.0, float))
+    try:
+        k, depth, total = (int(v) for v in get("eagle_knobs", "").split(","))
+        gen.eagle_top_k.setValue(k)
+        gen.eagle_depth.setValue(depth)
+        gen.eagle_total.setValue(total)
+    except ValueError:
+        pass  # nothing saved yet: keep the defaults
     try:
         w, n, g, c = (int(v) for v in get("lookahead", "").split(","))
         gen.lookahead_window.setValue(w)

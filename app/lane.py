@@ -73,6 +73,15 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
 
 
+def _set_text(label: QLabel, text: str, style: str | None = None) -> None:
+    """Touch the label only when its text or style really changes (a style sheet re-polishes the widget)."""
+    if label.text() != text:
+        label.setText(text)
+    if style is not None and label.property("glanceStyle") != style:
+        label.setProperty("glanceStyle", style)
+        label.setStyleSheet(style)
+
+
 class TokenView(QTextEdit):
     """Read-only text that knows which step produced each character, for click-to-inspect."""
 
@@ -122,6 +131,7 @@ class LaneWidget(QFrame):
         self.events: list[StepEvent] = []
         self.show_rejected = False
         self.pending: list[StepEvent] = []
+        self.dirty = False  # something arrived since the last render: the next frame redraws this lane
         self.title = QLabel(label or name)
         self.title.setObjectName("laneTitle")
         self.title.setStyleSheet(f"color: {self.color.name()}")
@@ -159,6 +169,20 @@ class LaneWidget(QFrame):
         self.events.append(ev)
         self.stats.add(ev)
         self.pending.append(ev)
+        self.dirty = True
+
+    def set_summary(self, summary: RunSummary) -> None:
+        self.stats.summary = summary
+        self.dirty = True
+
+    def render(self, baseline: LaneWidget | None, reason: str, baseline_changed: bool) -> None:
+        """Draw what arrived since the last frame; a finished, unchanged lane costs no Qt call at all."""
+        if self.dirty:
+            self.flush()
+        if self.dirty or baseline_changed:
+            self.update_header(baseline)
+            self.update_match(baseline, reason)
+        self.dirty = False
 
     def flush(self) -> None:
         """Render queued steps with one cursor at the end, in one edit block."""
@@ -200,19 +224,17 @@ class LaneWidget(QFrame):
             parts.append(s.summary.stop_reason)
             if s.summary.approximate:
                 parts.append("APPROXIMATE")
-        self.header.setText(" · ".join(parts))
+        _set_text(self.header, " · ".join(parts))
 
     def update_match(self, baseline: LaneWidget | None, reason: str) -> None:
         if baseline is None or baseline is self:
-            self.match.setText("baseline" if baseline is self else "")
+            _set_text(self.match, "baseline" if baseline is self else "")
             return
         diff = first_difference(self.stats.tokens, baseline.stats.tokens)
         if diff is None:
-            self.match.setText("✓ matches the baseline token for token")
-            self.match.setStyleSheet("color: #66bb6a")
+            _set_text(self.match, "✓ matches the baseline token for token", "color: #66bb6a")
         else:
-            self.match.setText(f"✗ differs from the baseline at token {diff}: {reason}")
-            self.match.setStyleSheet("color: #ef9a9a")
+            _set_text(self.match, f"✗ differs from the baseline at token {diff}: {reason}", "color: #ef9a9a")
 
     def set_show_rejected(self, on: bool) -> None:
         """Re-render everything with or without rejected draft tokens."""
@@ -225,9 +247,10 @@ class LaneWidget(QFrame):
         self.stats = LaneStats()
         self.events.clear()
         self.pending.clear()
+        self.dirty = False
         self.view.reset()
-        self.header.setText("waiting")
-        self.match.setText("")
+        _set_text(self.header, "waiting")
+        _set_text(self.match, "")
 
     def text(self) -> str:
         return self.view.toPlainText()

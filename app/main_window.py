@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 
 from app.bench_tab import BenchmarkTab
 from app.charts import ChartsWidget
-from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings
+from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings, watch_changes
 from app.export import export_session
 from app.inspector import StepInspector
 from app.lane import LaneWidget
@@ -44,7 +44,8 @@ from engine.session_log import SessionLogWriter, read_session_log
 from engine.variants import METHODS, NEEDS, DrafterOptions, build_drafter, load_parts
 
 BASELINE = "ar"
-FRAME_MS = 33  # repaint lanes and charts at about 30 frames per second
+FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
+SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
 
 
 class PieceDecoder:
@@ -154,10 +155,16 @@ class MainWindow(QMainWindow):
         w.failed.connect(self._on_failed)
         w.progress.connect(self.bench.on_progress)
         self.bench.runRequested.connect(self.run_benchmark)
+        # The frame timer is single-shot and armed only by arriving events: an idle window runs no timer at all.
         self.frame = QTimer(self)
+        self.frame.setSingleShot(True)
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._render_frame)
-        self.frame.start()
+        self.settings_timer = QTimer(self)
+        self.settings_timer.setSingleShot(True)
+        self.settings_timer.setInterval(SETTINGS_SAVE_MS)
+        self.settings_timer.timeout.connect(self.save_settings)
+        watch_changes((self.model_panel, self.prompt_panel, self.gen_panel), self.settings_timer.start)
         self.replay_timer = QTimer(self)
         self.replay_timer.setInterval(FRAME_MS)
         self.replay_timer.timeout.connect(self._replay_tick)
@@ -415,10 +422,12 @@ class MainWindow(QMainWindow):
         if widget is None:
             return
         if isinstance(item, RunSummary):
-            widget.stats.summary = item
+            widget.set_summary(item)
         else:
             widget.add_event(item)
             self.charts.add_event(lane, item)
+        if not self.frame.isActive():
+            self.frame.start()
 
     @staticmethod
     def _rejected_tokens(ev: StepEvent) -> list[int]:
@@ -479,13 +488,13 @@ class MainWindow(QMainWindow):
             self.charts.add_lane(n)
 
     def _render_frame(self) -> None:
+        """Draw what changed since the last frame: lanes that received events (all headers when the baseline did,
+        since speedups and matches are relative to it) and the charts' changed series."""
         baseline = self.lanes.get(BASELINE)
         reason = self._difference_reason()
+        baseline_changed = baseline is not None and baseline.dirty
         for lane in self.lanes.values():
-            if lane.pending or lane.stats.summary is not None:
-                lane.flush()
-                lane.update_header(baseline)
-                lane.update_match(baseline, reason)
+            lane.render(baseline, reason, baseline_changed)
         self.charts.refresh()
 
     def _difference_reason(self) -> str:
@@ -592,8 +601,13 @@ class MainWindow(QMainWindow):
             self.replay_timer.stop()
 
     # ---- shutdown ---------------------------------------------------------------------------------------------
-    def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+    def save_settings(self) -> None:
         save_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
+        self.settings.sync()
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+        self.settings_timer.stop()
+        self.save_settings()
         self.frame.stop()
         self.replay_timer.stop()
         self.thread.stop()

@@ -97,21 +97,3 @@ def model_folders(tmp_path_factory):
         model.save_pretrained(folders[name])
         tk.save_pretrained(folders[name])
     return folders
-
-
-def pytest_sessionfinish(session, exitstatus):
-    session.config.glance_exitstatus = int(exitstatus)
-
-
-def pytest_unconfigure(config):
-    """After the report, leave without the interpreter's final garbage collection when Qt was used: there PySide6
-    6.12 can abort ("none_dealloc") after every test passed, turning a green run into exit code 134. The exit
-    status is pytest's own, so a failing test still fails the run."""
-    import sys
-
-    status = getattr(config, "glance_exitstatus", None)
-    if status is None or "PySide6" not in sys.modules:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)

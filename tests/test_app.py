@@ -254,3 +254,35 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     tab.mode.setCurrentText("batch sweep")
     tab.run.click()
     assert win.job is None and "comma-separated" in win.banner.text()
+
+
+def test_a_finished_race_leaves_an_idle_window(qtbot, tiny_window, monkeypatch):
+    """Once the last event is drawn no timer runs and a frame touches no lane: finished lanes are never redrawn."""
+    from app.lane import LaneWidget
+
+    win = tiny_window
+    run_race(qtbot, win)
+    qtbot.waitUntil(lambda: not win.frame.isActive(), timeout=5_000)
+    assert not any(lane.dirty for lane in win.lanes.values())
+    headers = {n: lane.header.text() for n, lane in win.lanes.items()}
+    assert all("max_new_tokens" in h for h in headers.values())  # the summaries were drawn
+    calls = []
+    monkeypatch.setattr(LaneWidget, "flush", lambda self: calls.append(self.name))
+    monkeypatch.setattr(LaneWidget, "update_header", lambda self, *a: calls.append(self.name))
+    win._render_frame()
+    qtbot.wait(200)
+    assert calls == [] and not win.frame.isActive()
+    assert {n: lane.header.text() for n, lane in win.lanes.items()} == headers
+
+
+def test_settings_are_saved_when_they_change(qtbot, tmp_path, tiny_window):
+    """A crash or kill after an edit loses nothing: the settings file is written shortly after each change."""
+    win = tiny_window
+    win.gen_panel.max_new.setValue(37)
+    win.gen_panel.eagle_top_k.setValue(5)
+    win.prompt_panel.text.setPlainText("def saved_prompt():")
+    qtbot.waitUntil(lambda: not win.settings_timer.isActive(), timeout=5_000)
+    stored = QSettings(win.settings.fileName(), QSettings.Format.IniFormat)
+    assert stored.value("max_new") in (37, "37")
+    assert stored.value("prompt") == "def saved_prompt():"
+    assert str(stored.value("eagle_knobs")).startswith("5,")
