@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -24,11 +25,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.knobs import DrafterKnobs
 from app.theme import RESOURCES
-from engine.drafters.eagle import DEFAULT_DEPTH, DEFAULT_TOP_K, DEFAULT_TOTAL
-from engine.drafters.lookahead import DEFAULT_GUESSES, DEFAULT_NGRAM, DEFAULT_WINDOW
-from engine.drafters.medusa import DEFAULT_TREE, TREES
-from engine.variants import DEFAULT_GAMMA, METHODS
+from engine.registry import DRAFTERS, METHODS, parts
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
 DEFAULT_PROMPT = "def fibonacci(n):"
@@ -53,15 +52,6 @@ def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:
     return row
 
 
-def _spin(lo: int, hi: int, value: int, tip: str = "") -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(lo, hi)
-    box.setValue(value)
-    if tip:
-        box.setToolTip(tip)
-    return box
-
-
 def _row(*widgets: QWidget) -> QWidget:
     row = QWidget()
     lay = QHBoxLayout(row)
@@ -72,16 +62,20 @@ def _row(*widgets: QWidget) -> QWidget:
 
 
 class ModelPanel(QGroupBox):
+    """The target and one field per part the registered drafters need (draft model, heads), device and dtype."""
+
     def __init__(self) -> None:
         super().__init__("Models")
         self.target = QLineEdit()
         self.target.setPlaceholderText("bundled demo target (or a folder / hub id)")
-        self.draft = QLineEdit()
-        self.draft.setPlaceholderText("bundled demo draft (or a folder / hub id; empty: none)")
-        self.medusa = QLineEdit()
-        self.medusa.setPlaceholderText("bundled Medusa heads (or a heads folder; empty: none)")
-        self.eagle = QLineEdit()
-        self.eagle.setPlaceholderText("bundled EAGLE head (or a head folder; empty: none)")
+        self.parts: dict[str, QLineEdit] = {}
+        for part in parts():
+            edit = QLineEdit()
+            bundled = f"bundled {part.key}" if part.bundled is not None else "none"
+            edit.setPlaceholderText(f"{bundled} (or a folder{' / hub id' if part.key == 'draft' else ''}; empty: none)")
+            edit.setToolTip(part.help)
+            self.parts[part.key] = edit
+            setattr(self, part.key, edit)  # model_panel.draft, .medusa, ...
         self.device = QComboBox()
         self.device.addItems(["auto", "cpu", "cuda", "mps"])
         self.dtype = QComboBox()
@@ -95,14 +89,16 @@ class ModelPanel(QGroupBox):
         self.info.setWordWrap(True)
         form = QFormLayout(self)
         form.addRow("target", _path_row(self.target, self))
-        form.addRow("draft", _path_row(self.draft, self))
-        form.addRow("medusa", _path_row(self.medusa, self))
-        form.addRow("eagle", _path_row(self.eagle, self))
+        for key, edit in self.parts.items():
+            form.addRow(key, _path_row(edit, self))
         form.addRow("device", self.device)
         form.addRow("dtype", self.dtype)
         form.addRow(self.allow_download)
         form.addRow(self.load, self.busy)
         form.addRow(self.info)
+
+    def part_paths(self) -> dict[str, str]:
+        return {key: edit.text().strip() for key, edit in self.parts.items()}
 
     def set_busy(self, busy: bool) -> None:
         self.busy.setVisible(busy)
@@ -130,6 +126,8 @@ class PromptPanel(QGroupBox):
 
 
 class SettingsPanel(QGroupBox):
+    """Sampling, length, which methods race, and every drafter's knobs (generated from the registry)."""
+
     def __init__(self) -> None:
         super().__init__("Generation")
         self.max_new = QSpinBox()
@@ -144,33 +142,14 @@ class SettingsPanel(QGroupBox):
         self.top_p.setValue(1.0)
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
-        self.methods = {m: QCheckBox(m) for m in METHODS}
-        for box in self.methods.values():
+        self.methods: dict[str, QCheckBox] = {}
+        for s in DRAFTERS:
+            box = QCheckBox(s.name)
             box.setChecked(True)
-        self.gamma = QSpinBox()
-        self.gamma.setRange(1, 16)
-        self.gamma.setValue(DEFAULT_GAMMA)
-        self.adaptive = QCheckBox("adaptive gamma")
-        self.draft_confidence = QDoubleSpinBox()
-        self.draft_confidence.setRange(0.0, 0.95)
-        self.draft_confidence.setSingleStep(0.05)
-        self.draft_confidence.setToolTip("stop drafting when the draft's probability of its token falls below this")
-        self.medusa_tree = QComboBox()
-        self.medusa_tree.addItems(list(TREES))
-        self.medusa_tree.setCurrentText(DEFAULT_TREE)
-        self.acceptance = QComboBox()
-        self.acceptance.addItems(["exact", "typical"])
-        self.acceptance.setToolTip("typical acceptance is Medusa's approximate rule: faster, not exact")
-        self.eagle_mode = QComboBox()
-        self.eagle_mode.addItems(["dynamic", "static"])
-        self.eagle_top_k = _spin(1, 32, DEFAULT_TOP_K)
-        self.eagle_depth = _spin(1, 12, DEFAULT_DEPTH)
-        self.eagle_total = _spin(1, 128, DEFAULT_TOTAL)
-        self.lookahead_window = _spin(1, 32, DEFAULT_WINDOW, "W: window width (Jacobi guesses per level)")
-        self.lookahead_ngram = _spin(2, 8, DEFAULT_NGRAM, "N: n-gram size (the window keeps N - 1 levels)")
-        self.lookahead_guesses = _spin(0, 32, DEFAULT_GUESSES, "G: n-grams verified per step (0: plain decoding)")
-        self.lookahead_context = QCheckBox("lookahead: pool prompt and output n-grams too")
-        self.lookahead_context.setChecked(True)
+            box.setToolTip(f"{s.label}: {s.summary}")
+            box.setStyleSheet(f"QCheckBox {{ color: {s.color} }}")
+            self.methods[s.name] = box
+        self.knobs = DrafterKnobs()
         self.sequential = QCheckBox("sequential (benchmark) mode")
         self.show_rejected = QCheckBox("show rejected draft tokens")
         self.run_one = QComboBox()
@@ -180,21 +159,13 @@ class SettingsPanel(QGroupBox):
         form.addRow("temperature", self.temperature)
         form.addRow("top-p", self.top_p)
         form.addRow("seed", self.seed)
-        row = QWidget()
-        rl = QHBoxLayout(row)
-        rl.setContentsMargins(0, 0, 0, 0)
-        for box in self.methods.values():
-            rl.addWidget(box)
-        form.addRow("race", row)
-        form.addRow("vanilla gamma", self.gamma)
-        form.addRow(self.adaptive)
-        form.addRow("vanilla stop below p", self.draft_confidence)
-        form.addRow("medusa tree", self.medusa_tree)
-        form.addRow("medusa acceptance", self.acceptance)
-        form.addRow("eagle mode", self.eagle_mode)
-        form.addRow("eagle top-k / depth / total", _row(self.eagle_top_k, self.eagle_depth, self.eagle_total))
-        form.addRow("lookahead W / N / G", _row(self.lookahead_window, self.lookahead_ngram, self.lookahead_guesses))
-        form.addRow(self.lookahead_context)
+        grid = QWidget()
+        gl = QGridLayout(grid)
+        gl.setContentsMargins(0, 0, 0, 0)
+        for i, box in enumerate(self.methods.values()):
+            gl.addWidget(box, i // 3, i % 3)
+        form.addRow("race", grid)
+        form.addRow(self.knobs)
         form.addRow(self.sequential)
         form.addRow(self.show_rejected)
         form.addRow("run one", self.run_one)
@@ -226,12 +197,8 @@ def load_presets() -> list[dict]:
 
 def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> None:
     settings.setValue("target", models.target.text())
-    settings.setValue("draft", models.draft.text())
-    settings.setValue("medusa", models.medusa.text())
-    settings.setValue("eagle", models.eagle.text())
-    settings.setValue("eagle_mode", gen.eagle_mode.currentText())
-    settings.setValue("medusa_tree", gen.medusa_tree.currentText())
-    settings.setValue("acceptance", gen.acceptance.currentText())
+    for key, path in models.part_paths().items():
+        settings.setValue(key, path)
     settings.setValue("device", models.device.currentText())
     settings.setValue("dtype", models.dtype.currentText())
     settings.setValue("prompt", prompt.text.toPlainText())
@@ -239,15 +206,8 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("temperature", gen.temperature.value())
     settings.setValue("top_p", gen.top_p.value())
     settings.setValue("seed", gen.seed.value())
-    settings.setValue("gamma", gen.gamma.value())
-    settings.setValue("adaptive", gen.adaptive.isChecked())
-    settings.setValue("draft_confidence", gen.draft_confidence.value())
-    settings.setValue("eagle_knobs", f"{gen.eagle_top_k.value()},{gen.eagle_depth.value()},{gen.eagle_total.value()}")
-    settings.setValue(
-        "lookahead",
-        f"{gen.lookahead_window.value()},{gen.lookahead_ngram.value()},"
-        f"{gen.lookahead_guesses.value()},{int(gen.lookahead_context.isChecked())}",
-    )
+    for name, value in gen.knobs.values().items():
+        settings.setValue(f"drafters/{name}", value)
     settings.setValue("sequential", gen.sequential.isChecked())
     settings.setValue("show_rejected", gen.show_rejected.isChecked())
     settings.setValue("methods", ",".join(gen.chosen_methods()))
@@ -264,12 +224,8 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
             return default
 
     models.target.setText(get("target", ""))
-    models.draft.setText(get("draft", ""))
-    models.medusa.setText(get("medusa", ""))
-    models.eagle.setText(get("eagle", ""))
-    gen.eagle_mode.setCurrentText(get("eagle_mode", "dynamic"))
-    gen.medusa_tree.setCurrentText(get("medusa_tree", DEFAULT_TREE))
-    gen.acceptance.setCurrentText(get("acceptance", "exact"))
+    for key, edit in models.parts.items():
+        edit.setText(get(key, ""))
     models.device.setCurrentText(get("device", "auto"))
     models.dtype.setCurrentText(get("dtype", "auto"))
     prompt.text.setPlainText(get("prompt", DEFAULT_PROMPT))
@@ -277,24 +233,7 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.temperature.setValue(get("temperature", 0.0, float))
     gen.top_p.setValue(get("top_p", 1.0, float))
     gen.seed.setValue(get("seed", 0, int))
-    gen.gamma.setValue(get("gamma", DEFAULT_GAMMA, int))
-    gen.adaptive.setChecked(get("adaptive", False, bool))
-    gen.draft_confidence.setValue(get("draft_confidence", 0.0, float))
-    try:
-        k, depth, total = (int(v) for v in get("eagle_knobs", "").split(","))
-        gen.eagle_top_k.setValue(k)
-        gen.eagle_depth.setValue(depth)
-        gen.eagle_total.setValue(total)
-    except ValueError:
-        pass  # nothing saved yet: keep the defaults
-    try:
-        w, n, g, c = (int(v) for v in get("lookahead", "").split(","))
-        gen.lookahead_window.setValue(w)
-        gen.lookahead_ngram.setValue(n)
-        gen.lookahead_guesses.setValue(g)
-        gen.lookahead_context.setChecked(bool(c))
-    except ValueError:
-        pass  # nothing saved yet: keep the defaults
+    gen.knobs.set_values({name: settings.value(f"drafters/{name}") for name in gen.knobs.widgets})
     gen.sequential.setChecked(get("sequential", False, bool))
     gen.show_rejected.setChecked(get("show_rejected", False, bool))
     chosen = get("methods", ",".join(METHODS)).split(",")

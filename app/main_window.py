@@ -30,40 +30,19 @@ from PySide6.QtWidgets import (
 
 from app.bench_tab import BenchmarkTab
 from app.charts import ChartsWidget
+from app.controller import Controller
 from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings, watch_changes
 from app.export import export_session
 from app.inspector import StepInspector
 from app.lane import LaneWidget
 from app.theme import app_icon, style_sheet
-from app.worker import EngineWorker, WorkerThread
-from engine.errors import GlanceError
-from engine.events import RunSummary, StepEvent
-from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
-from engine.sampling import SamplingConfig
-from engine.session_log import SessionLogWriter, read_session_log
-from engine.variants import METHODS, NEEDS, DrafterOptions, build_drafter, load_parts
+from engine import GlanceError, RunSummary, SamplingConfig, read_session_log
+from engine.registry import BASELINE
+from engine.session import RaceSettings
+from engine.variants import DrafterOptions
 
-BASELINE = "ar"
 FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
-
-
-class PieceDecoder:
-    """Text of each new token, decoded in context so multi-token characters and spaces come out right."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.text = ""
-
-    def pieces(self, tokens: list[int]) -> list[str]:
-        out = []
-        for t in tokens:
-            self.ids.append(t)
-            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-            out.append(text[len(self.text) :])
-            self.text = text
-        return out
 
 
 class MainWindow(QMainWindow):
@@ -77,12 +56,8 @@ class MainWindow(QMainWindow):
             or os.environ.get("GLANCE_AUTOSAVE_DIR")
             or Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "autosave"
         )
-        self.models: dict | None = None
+        self.controller = Controller(self.autosave_dir)
         self.lanes: dict[str, LaneWidget] = {}
-        self.decoders: dict[str, PieceDecoder] = {}
-        self.log: SessionLogWriter | None = None
-        self.log_path: Path | None = None
-        self.job: str | None = None
         self.run_settings: dict = {}
         self.replay_queue: list[tuple[float, str, object]] = []
         self.replay_started = 0.0
@@ -148,12 +123,12 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage("ready")
         self.resize(1500, 920)
 
-        self.thread = WorkerThread()
-        w = self.thread.worker
-        w.event.connect(self._on_event)
-        w.done.connect(self._on_done)
-        w.failed.connect(self._on_failed)
-        w.progress.connect(self.bench.on_progress)
+        c = self.controller
+        c.event.connect(self._show_item)
+        c.done.connect(self._on_done)
+        c.failed.connect(self._on_failed)
+        c.warning.connect(self.show_error)
+        c.progress.connect(self.bench.on_progress)
         self.bench.runRequested.connect(self.run_benchmark)
         # The frame timer is single-shot and armed only by arriving events: an idle window runs no timer at all.
         self.frame = QTimer(self)
@@ -214,63 +189,64 @@ class MainWindow(QMainWindow):
         self.banner.setText("")
 
     # ---- loading ----------------------------------------------------------------------------------------------
+    # ---- state the tests and views read ----------------------------------------------------------------------
+    @property
+    def job(self) -> str | None:
+        return self.controller.job
+
+    @property
+    def thread(self):
+        return self.controller.thread
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.controller.log_path
+
+    @property
+    def models(self) -> dict | None:
+        """The loaded target and parts by key ({"target": ..., "draft": ..., "medusa": ...}), or None."""
+        session = self.controller.session
+        return None if session is None else {"target": session.target, **session.parts}
+
     def load_models(self) -> None:
         if self.job:
             self.show_error(f"busy ({self.job}): press Stop or wait before loading models")
             return
         mp = self.model_panel
-        custom_target = bool(mp.target.text().strip())
-        target = mp.target.text().strip() or str(BUNDLED_TARGET)
-
-        def part(edit, bundled: Path) -> str:  # bundled parts go with the bundled target only
-            given = edit.text().strip()
-            return given or (str(bundled) if not custom_target and bundled.exists() else "")
-
-        draft, medusa = part(mp.draft, BUNDLED_DRAFT), part(mp.medusa, BUNDLED_MEDUSA)
-        eagle = part(mp.eagle, BUNDLED_EAGLE)
-        opts = dict(
-            device=mp.device.currentText(), dtype=mp.dtype.currentText(), allow_download=mp.allow_download.isChecked()
-        )
-
-        def job(worker: EngineWorker) -> dict:
-            t = load_model(target, **opts)
-            parts = load_parts(
-                t,
-                METHODS,
-                draft=draft or None,
-                medusa=medusa or None,
-                eagle=eagle or None,
-                allow_download=opts["allow_download"],
-            )
-            return {"target": t, **parts}
-
+        target = mp.target.text().strip()
         self.clear_error()
         mp.set_busy(True)
-        mp.info.setText(f"loading {Path(target).name} …")
-        self._start("load", job)
+        mp.info.setText(f"loading {Path(target).name if target else 'the bundled demo models'} …")
+        self._set_running("load")
+        self.controller.load(
+            target, mp.part_paths(), mp.device.currentText(), mp.dtype.currentText(), mp.allow_download.isChecked()
+        )
 
     # ---- racing -----------------------------------------------------------------------------------------------
     def available_methods(self) -> list[str]:
-        """Chosen methods whose parts are loaded (vanilla needs a draft, medusa heads)."""
-        have = self.models or {}
-        return [m for m in self.gen_panel.chosen_methods() if m not in NEEDS or have.get(NEEDS[m]) is not None]
+        """Chosen methods whose parts are loaded (vanilla needs a draft, medusa and eagle heads)."""
+        session = self.controller.session
+        return [m for m in self.gen_panel.chosen_methods() if session is not None and session.available(m)]
 
     def _ready_to_run(self) -> bool:
         """No job running and models loaded; otherwise say which, in the banner."""
         if self.job:
             self.show_error(f"a {self.job} is already running: press Stop first")
             return False
-        if not self.models:
+        if self.controller.session is None:
             self.show_error("no model is loaded: press Load first")
             return False
         return True
 
+    def _sampling(self) -> SamplingConfig:
+        g = self.gen_panel
+        return SamplingConfig(g.temperature.value(), g.top_p.value(), g.seed.value())
+
+    def _drafter_options(self) -> DrafterOptions:
+        return DrafterOptions(**self.gen_panel.knobs.values())
+
     def race(self, methods: list[str] | None = None) -> None:
         if not self._ready_to_run():
-            return
-        prompt = self.prompt_panel.text.toPlainText()
-        if not prompt.strip():
-            self.show_error("the prompt is empty: type some text or pick a preset")
             return
         methods = methods or self.available_methods()
         if not methods:
@@ -278,75 +254,18 @@ class MainWindow(QMainWindow):
             return
         g = self.gen_panel
         try:
-            sampling = SamplingConfig(g.temperature.value(), g.top_p.value(), g.seed.value())
+            settings = RaceSettings(
+                methods, g.max_new.value(), self._sampling(), self._drafter_options(), not g.sequential.isChecked()
+            )
+            self.controller.race(self.prompt_panel.text.toPlainText(), settings)
         except GlanceError as exc:
             self.show_error(str(exc))
             return
         self.clear_error()
+        target = self.controller.session.target
+        self.run_settings = settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")}
         self._reset_lanes(methods)
-        target = self.models["target"]
-        parts = {k: v for k, v in self.models.items() if k != "target"}
-        tok = target.tokenizer
-        prompt_ids = tok(prompt)["input_ids"]
-        max_new = g.max_new.value()
-        options = self._drafter_options()
-        interleaved = not g.sequential.isChecked()
-        self.run_settings = {
-            "prompt": prompt,
-            "prompt_ids": prompt_ids,
-            "methods": methods,
-            "max_new_tokens": max_new,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "seed": sampling.seed,
-            "drafters": vars(options),
-            "interleaved": interleaved,
-            "dtype": str(target.dtype).removeprefix("torch."),
-        }
-        self._open_log(target, parts)
-        eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
-
-        def job(worker: EngineWorker) -> str:
-            from engine.decoder import Decoder
-            from engine.race import Lane, race
-
-            lanes = [
-                Lane(
-                    m,
-                    Decoder(
-                        target.model,
-                        build_drafter(m, target, parts, options),
-                        sampling,
-                        max_new,
-                        eos,
-                        variant=m,
-                    ),
-                )
-                for m in methods
-            ]
-            for name, item in race(lanes, prompt_ids, worker.cancel, interleaved=interleaved):
-                worker.event.emit(name, item)
-            return "cancelled" if worker.cancel.is_set() else "finished"
-
-        self._start("race", job)
-
-    def _drafter_options(self) -> DrafterOptions:
-        g = self.gen_panel
-        return DrafterOptions(
-            gamma=g.gamma.value(),
-            adaptive=g.adaptive.isChecked(),
-            draft_confidence=g.draft_confidence.value(),
-            medusa_tree=g.medusa_tree.currentText(),
-            acceptance=g.acceptance.currentText(),
-            eagle_mode=g.eagle_mode.currentText(),
-            eagle_top_k=g.eagle_top_k.value(),
-            eagle_depth=g.eagle_depth.value(),
-            eagle_total_tokens=g.eagle_total.value(),
-            lookahead_window=g.lookahead_window.value(),
-            lookahead_ngram=g.lookahead_ngram.value(),
-            lookahead_guesses=g.lookahead_guesses.value(),
-            lookahead_context=g.lookahead_context.isChecked(),
-        )
+        self._set_running("race")
 
     def run_benchmark(self) -> None:
         """The Benchmark tab's suite or sweep on the loaded models, as a worker job."""
@@ -359,43 +278,41 @@ class MainWindow(QMainWindow):
 
         try:
             sizes = self.bench.sweep_sizes()
-            g = self.gen_panel
-            sampling = SamplingConfig(g.temperature.value(), g.top_p.value(), g.seed.value())
+            sampling = self._sampling()
+            options = self._drafter_options()
         except GlanceError as exc:
             self.show_error(str(exc))
             return
         suite = load_prompt_suite(PROMPTS)
         n = self.bench.prompts.value()
         prompts = suite[:: max(1, len(suite) // n)][:n]
-        parts = {k: v for k, v in self.models.items() if k != "target" and v is not None}
-        methods = self.bench.methods(self.available_methods(), parts.get("draft") is not None)
-        setup = BenchSetup(self.models["target"], parts, self._drafter_options(), sampling, self.bench.max_new.value())
+        session = self.controller.session
+        methods = self.bench.methods(self.available_methods(), session.parts.get("draft") is not None)
+        setup = BenchSetup(session.target, session.parts, options, sampling, self.bench.max_new.value())
         repeats = self.bench.repeats.value()
         self.clear_error()
         self.bench.set_running(True)
         self.tabs.setCurrentWidget(self.bench)
 
-        def job(worker: EngineWorker) -> dict:
+        def job(worker) -> dict:
             return run_benchmark(setup, prompts, methods, repeats, sizes, worker.progress.emit, worker.cancel.is_set)
 
-        self._start("benchmark", job)
+        self._set_running("benchmark")
+        self.controller.benchmark(job)
 
     def stop(self) -> None:
-        self.thread.worker.cancel.set()
+        self.controller.stop()
         self.replay_queue.clear()
         self.replay_timer.stop()
         self.statusBar().showMessage("stopping after the current step …")
 
-    def _start(self, name: str, job) -> None:
-        self.job = name
+    def _set_running(self, name: str) -> None:
         self.race_button.setEnabled(False)
         self.run_one_button.setEnabled(False)
         self.stop_button.setEnabled(name in ("race", "benchmark"))
         self.statusBar().showMessage(f"{name} running …")
-        self.thread.submit(name, job)
 
     def _finish_job(self) -> None:
-        self.job = None
         self.race_button.setEnabled(True)
         self.run_one_button.setEnabled(True)
         self.stop_button.setEnabled(False)
@@ -403,20 +320,6 @@ class MainWindow(QMainWindow):
         self.bench.set_running(False)
 
     # ---- events from the worker ---------------------------------------------------------------------------------
-    def _on_event(self, lane: str, item) -> None:
-        if isinstance(item, StepEvent) and "pieces" not in item.extra:
-            decoder = self.decoders[lane]
-            item.extra["pieces"] = decoder.pieces(item.tokens)
-            rejected = self._rejected_tokens(item)
-            item.extra["rejected_pieces"] = [decoder.tokenizer.decode([t]) for t in rejected]
-        if self.log is not None:
-            try:
-                self.log.event(item)
-            except GlanceError as exc:  # a full disk: keep racing on screen, say the log stopped
-                self.show_error(f"{exc}; the race continues without a log")
-                self._close_log()
-        self._show_item(lane, item)
-
     def _show_item(self, lane: str, item) -> None:
         widget = self.lanes.get(lane)
         if widget is None:
@@ -429,42 +332,19 @@ class MainWindow(QMainWindow):
         if not self.frame.isActive():
             self.frame.start()
 
-    @staticmethod
-    def _rejected_tokens(ev: StepEvent) -> list[int]:
-        """Draft tokens after the accepted path, along first children: the guess the target corrected."""
-        node = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
-        out = []
-        while True:
-            child = next((i for i, p in enumerate(ev.draft_parents) if p == node), None)
-            if child is None:
-                return out
-            out.append(ev.draft_tokens[child])
-            node = child
-
     def _on_done(self, name: str, result) -> None:
         if name == "load":
-            self.models = result
-            t, d = result["target"], result.get("draft")
-            info = f"target: {Path(t.name).name} · {t.parameters / 1e6:.1f}M · {t.device} · {t.describe()['dtype']}"
-            if d:
-                info += f"\ndraft: {Path(d.name).name} · {d.parameters / 1e6:.1f}M"
-            if result.get("medusa") is not None:
-                info += f"\nmedusa: {result['medusa'].num_heads} heads"
-            if result.get("eagle") is not None:
-                info += "\neagle: 1 head"
-            self.model_panel.info.setText(info)
+            self.model_panel.info.setText(_models_info(result.describe()))
             self.statusBar().showMessage("models loaded")
         elif name == "benchmark":
             self.bench.show_results(result)
             self.statusBar().showMessage("benchmark finished")
         else:
             self._render_frame()
-            self._close_log()
             self.statusBar().showMessage(f"race {result}; log: {self.log_path}")
         self._finish_job()
 
     def _on_failed(self, name: str, message: str) -> None:
-        self._close_log()
         self._finish_job()
         if name == "load":
             self.model_panel.info.setText("no model loaded" if not self.models else self.model_panel.info.text())
@@ -477,8 +357,6 @@ class MainWindow(QMainWindow):
             w.deleteLater()
         self.lanes.clear()
         self.charts.clear()
-        tok = self.models["target"].tokenizer if self.models else None
-        self.decoders = {n: PieceDecoder(tok) for n in names} if tok else {}
         for n in names:
             lane = LaneWidget(n)
             lane.show_rejected = self.gen_panel.show_rejected.isChecked()
@@ -519,28 +397,6 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.inspector)
 
     # ---- session log, export, replay --------------------------------------------------------------------------
-    def _open_log(self, target, parts: dict) -> None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.log_path = self.autosave_dir / f"session-{stamp}-{os.getpid()}.jsonl"
-        try:
-            self.log = SessionLogWriter(self.log_path)
-            models = {"target": target.describe()}
-            if parts.get("draft") is not None:
-                models["draft"] = parts["draft"].describe()
-            if parts.get("medusa") is not None:
-                models["medusa"] = parts["medusa"].config()
-            if parts.get("eagle") is not None:
-                models["eagle"] = parts["eagle"].cfg
-            self.log.header(models, str(target.device), self.run_settings)
-        except GlanceError as exc:
-            self.log = None
-            self.show_error(f"{exc}; racing without an autosaved log")
-
-    def _close_log(self) -> None:
-        if self.log is not None:
-            self.log.close()
-            self.log = None
-
     def _ask_export(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Export session to folder")
         if folder:
@@ -610,9 +466,21 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.frame.stop()
         self.replay_timer.stop()
-        self.thread.stop()
-        self._close_log()
+        self.controller.close()
         super().closeEvent(event)
+
+
+def _models_info(models: dict) -> str:
+    """One line per loaded model or part, from the engine's own description of it."""
+    lines = []
+    for key, d in models.items():
+        if "parameters" in d:
+            name = Path(str(d.get("name", key))).name
+            lines.append(f"{key}: {name} · {d['parameters'] / 1e6:.1f}M · {d.get('device', '')} · {d.get('dtype', '')}")
+        else:
+            brief = ", ".join(f"{k} {v}" for k, v in d.items() if isinstance(v, int | float | str))[:80]
+            lines.append(f"{key}: {brief}")
+    return "\n".join(lines)
 
 
 def launch() -> int:

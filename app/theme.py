@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 from PySide6.QtGui import QColor, QIcon
 
+from engine.registry import DRAFTERS
+
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
-VARIANT_COLORS = {
-    "ar": "#9e9e9e",
-    "vanilla": "#4fc3f7",
-    "medusa": "#ffb74d",
-    "eagle": "#81c784",
-    "lookahead": "#ba68c8",
-}
-FALLBACK_COLORS = ["#f06292", "#4db6ac", "#dce775", "#7986cb"]
+VARIANT_COLORS = {s.name: s.color for s in DRAFTERS}
+# Reference rows of the benchmark and anything else without a drafter spec: fixed colours, then a stable hash.
+OTHER_COLORS = {"hf_generate": "#e0e0e0", "hf_assisted": "#4db6ac", "hf_prompt_lookup": "#f06292"}
+FALLBACK_COLORS = ["#dce775", "#7986cb", "#ff8a65", "#a1887f"]
 NEUTRAL = {"dark": "#e5e9f0", "light": "#1f2430"}
 REJECTED = "#7b8394"
 
 
 def variant_color(name: str) -> QColor:
     base = name.split(":")[0]
-    if base in VARIANT_COLORS:
-        return QColor(VARIANT_COLORS[base])
-    return QColor(FALLBACK_COLORS[hash(base) % len(FALLBACK_COLORS)])
+    known = VARIANT_COLORS.get(base) or OTHER_COLORS.get(base)
+    if known:
+        return QColor(known)
+    return QColor(FALLBACK_COLORS[zlib.crc32(base.encode()) % len(FALLBACK_COLORS)])  # the same every launch
 
 
 def depth_shade(color: QColor, depth: int) -> QColor:

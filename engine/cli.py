@@ -17,57 +17,38 @@ EXIT_BAD_INPUT = 2
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", help="target model: hub id or local folder (default: the bundled demo target)")
-    p.add_argument("--draft", help="draft model for vanilla: hub id or local folder (default: the bundled draft)")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda|mps (default auto)")
     p.add_argument("--dtype", default="auto", help="auto|float32|bfloat16|float16 (default auto: bfloat16)")
     p.add_argument("--allow-download", action="store_true", help="let hub ids download (default: offline)")
     p.add_argument("--trust-remote-code", action="store_true", help="run model code shipped with a checkpoint")
 
 
-def _add_drafter_args(g: argparse.ArgumentParser) -> None:
-    """Per-method knobs shared by generate and bench."""
-    g.add_argument("--gamma", type=int, default=3, help="vanilla: draft tokens per step (default 3)")
-    g.add_argument(
-        "--draft-confidence",
-        type=float,
-        default=None,
-        help="vanilla: stop drafting when the draft's probability of its token falls below this (0 = never)",
-    )
-    g.add_argument("--adaptive", action="store_true", help="vanilla: adapt gamma (+2 all accepted, -1 otherwise)")
-    g.add_argument("--medusa", help="Medusa heads folder (default: the bundled heads)")
-    g.add_argument(
-        "--medusa-tree",
-        default="cpu_24",
-        help="Medusa tree: a name (cpu_24, cpu_16, mc_sim_7b_63, chain_4) or a JSON list of paths",
-    )
-    g.add_argument(
-        "--acceptance",
-        default="exact",
-        choices=["greedy", "exact", "typical"],
-        help="medusa: greedy (needs --temperature 0), exact sampling, or typical acceptance (approximate)",
-    )
-    g.add_argument("--eagle", help="EAGLE head folder (default: the bundled head)")
-    g.add_argument(
-        "--eagle-mode",
-        default="dynamic",
-        choices=["dynamic", "static"],
-        help="dynamic: EAGLE-2's confidence-ranked tree; static: EAGLE-1's fixed tree",
-    )
-    g.add_argument("--eagle-top-k", type=int, default=None, help="dynamic: nodes expanded per depth")
-    g.add_argument("--eagle-depth", type=int, default=None, help="eagle: draft depth")
-    g.add_argument("--eagle-total-tokens", type=int, default=None, help="dynamic: nodes sent to verification")
-    g.add_argument("--lookahead-window", type=int, default=None, help="lookahead: window width W")
-    g.add_argument("--lookahead-ngram", type=int, default=None, help="lookahead: n-gram size N (>= 2)")
-    g.add_argument("--lookahead-guesses", type=int, default=None, help="lookahead: n-grams verified per step G")
-    g.add_argument(
-        "--no-context-ngrams",
-        action="store_true",
-        help="lookahead: pool only Jacobi n-grams, not those of the prompt and committed text",
-    )
+def _add_drafter_args(p: argparse.ArgumentParser) -> None:
+    """The parts and knobs of every registered drafter, shared by generate and bench. Knob flags default to None so
+    that only what the user gave overrides the drafter's own default."""
+    from engine.registry import knobs, parts
+
+    for part in parts():
+        bundled = " (default: the bundled one)" if part.bundled is not None else ""
+        p.add_argument(f"--{part.key}", help=part.help + bundled)
+    for spec, k in knobs():
+        text = f"{spec.name}: {k.knob.help}"
+        if k.kind is bool:
+            p.add_argument(
+                k.flag, dest=k.name, default=None, action="store_false" if k.default else "store_true", help=text
+            )
+            continue
+        extra = (
+            f" ({k.knob.lo:g}..{k.knob.hi:g}, default {k.default})"
+            if k.knob.lo is not None
+            else f" (default {k.default})"
+        )
+        p.add_argument(k.flag, dest=k.name, type=k.kind, default=None, choices=k.knob.choices, help=text + extra)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from engine.variants import METHODS
+    from engine.bench.reference import REFERENCES
+    from engine.registry import METHODS
 
     parser = argparse.ArgumentParser(prog="glance", description="Glance: a playground for speculative decoding.")
     sub = parser.add_subparsers(dest="command")
@@ -87,9 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="benchmark methods on the prompt suite, or sweep batch sizes")
     b.add_argument(
         "--methods",
-        default="ar,vanilla,medusa,eagle,lookahead,hf_generate,hf_assisted,hf_prompt_lookup",
-        help="comma-separated: ar, vanilla, medusa, eagle, lookahead and transformers' hf_generate, hf_assisted, "
-        "hf_prompt_lookup",
+        default=",".join(METHODS + REFERENCES),
+        help=f"comma-separated: {', '.join(METHODS)} and transformers' {', '.join(REFERENCES)}",
     )
     b.add_argument("--prompts", default=None, help="JSON Lines prompt file (default: the bundled suite)")
     b.add_argument("--limit", type=int, default=None, help="use only every k-th prompt so that N remain")
@@ -140,21 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _drafter_options(args):
+    from engine.registry import knobs
     from engine.variants import DrafterOptions
 
-    knobs = {f"eagle_{k}": getattr(args, f"eagle_{k}") for k in ("top_k", "depth", "total_tokens")}
-    knobs |= {f"lookahead_{k}": getattr(args, f"lookahead_{k}") for k in ("window", "ngram", "guesses")}
-    if args.draft_confidence is not None:
-        knobs["draft_confidence"] = args.draft_confidence
-    return DrafterOptions(
-        gamma=args.gamma,
-        adaptive=args.adaptive,
-        medusa_tree=args.medusa_tree,
-        acceptance=args.acceptance,
-        eagle_mode=args.eagle_mode,
-        lookahead_context=not args.no_context_ngrams,
-        **{k: v for k, v in knobs.items() if v is not None},
-    )
+    return DrafterOptions(**{k.name: getattr(args, k.name) for _, k in knobs() if getattr(args, k.name) is not None})
 
 
 def _validate_generate(args) -> None:
@@ -166,53 +135,37 @@ def _validate_generate(args) -> None:
         raise GlanceError(f"--temperature must be >= 0 (got {args.temperature}); 0 means greedy")
     if not 0 < args.top_p <= 1:
         raise GlanceError(f"--top-p must be in (0, 1] (got {args.top_p})")
-    if args.gamma < 1:
-        raise GlanceError(f"--gamma must be at least 1 (got {args.gamma})")
-    if args.acceptance == "greedy" and args.temperature > 0:
-        raise GlanceError("--acceptance greedy needs --temperature 0; use exact or typical to sample")
 
 
-def _default_model(given: str | None, bundled: Path, flag: str) -> str:
-    if given:
-        return given
-    if (bundled / "config.json").exists():
-        return str(bundled)
-    raise GlanceError(f"nothing bundled at {bundled}: pass {flag} with a folder or hub id")
+def _load_session(args, methods: list[str]):
+    from engine.registry import parts
+    from engine.session import Session
+
+    return Session.load(
+        args.target,
+        {p.key: getattr(args, p.key) for p in parts()},
+        methods,
+        device=args.device,
+        dtype=args.dtype,
+        allow_download=args.allow_download,
+        trust_remote_code=args.trust_remote_code,
+    )
 
 
 def cmd_generate(args) -> int:
-    from engine.decoder import Decoder
-    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, load_model
     from engine.sampling import SamplingConfig
-    from engine.session_log import SessionLogWriter
-    from engine.variants import build_drafter, load_parts
+    from engine.session import RaceSettings
 
     _validate_generate(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
-    access = dict(allow_download=args.allow_download, trust_remote_code=args.trust_remote_code)
-    target = load_model(
-        _default_model(args.target, BUNDLED_TARGET, "--target"), device=args.device, dtype=args.dtype, **access
-    )
-    parts = load_parts(
-        target,
-        [args.method],
-        draft=_default_model(args.draft, BUNDLED_DRAFT, "--draft") if args.method == "vanilla" else None,
-        medusa=_default_model(args.medusa, BUNDLED_MEDUSA, "--medusa") if args.method == "medusa" else None,
-        eagle=_default_model(args.eagle, BUNDLED_EAGLE, "--eagle") if args.method == "eagle" else None,
-        **access,
-    )
-    draft = parts.get("draft")
-    options = _drafter_options(args)
-    drafter = build_drafter(args.method, target, parts, options)
-    tok = target.tokenizer
-    prompt_ids = tok(args.prompt)["input_ids"]
-    eos = getattr(target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
-    decoder = Decoder(target.model, drafter, sampling, args.max_new_tokens, eos, variant=args.method)
+    settings = RaceSettings([args.method], args.max_new_tokens, sampling, _drafter_options(args))
+    session = _load_session(args, [args.method])
+    decoder = session.decoder(args.method, settings)  # a missing part or a bad option fails before anything runs
+    target, tok = session.target, session.tokenizer
+    prompt_ids = session.encode(args.prompt)
+    draft = session.parts.get("draft")
 
-    writer = SessionLogWriter(args.log) if args.log else None
-    if writer:
-        models = {"target": target.describe(), **({"draft": draft.describe()} if draft else {})}
-        writer.header(models, str(target.device), vars(args) | {"prompt_ids": prompt_ids})
+    writer = session.open_log(args.log, settings, args.prompt, prompt_ids) if args.log else None
     summary, shown = None, ""
     try:
         new: list[int] = []
@@ -275,10 +228,10 @@ def cmd_bench(args) -> int:
     from engine.bench.report import markdown, write
     from engine.bench.run import run_benchmark
     from engine.bench.suite import BenchSetup
-    from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES, load_model
+    from engine.models import RESOURCES
+    from engine.registry import METHODS
     from engine.sampling import SamplingConfig
     from engine.train.prompts import load_prompt_suite
-    from engine.variants import METHODS, load_parts
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS and m not in REFERENCES]
@@ -300,23 +253,13 @@ def cmd_bench(args) -> int:
     prompts = load_prompt_suite(prompt_file)
     if args.limit:
         prompts = prompts[:: max(1, len(prompts) // args.limit)][: args.limit]
-    access = dict(allow_download=args.allow_download, trust_remote_code=args.trust_remote_code)
-    target = load_model(
-        _default_model(args.target, BUNDLED_TARGET, "--target"), device=args.device, dtype=args.dtype, **access
-    )
-    wants = set(methods) | ({"vanilla"} if "hf_assisted" in methods else set())
-    parts = load_parts(
-        target,
-        [m for m in wants if m in METHODS],
-        draft=_default_model(args.draft, BUNDLED_DRAFT, "--draft") if wants & {"vanilla"} else None,
-        medusa=_default_model(args.medusa, BUNDLED_MEDUSA, "--medusa") if "medusa" in wants else None,
-        eagle=_default_model(args.eagle, BUNDLED_EAGLE, "--eagle") if "eagle" in wants else None,
-        **access,
-    )
+    options = _drafter_options(args)
+    wants = set(methods) | ({"vanilla"} if "hf_assisted" in methods else set())  # assisted runs vanilla's draft
+    session = _load_session(args, [m for m in wants if m in METHODS])
     setup = BenchSetup(
-        target,
-        parts,
-        _drafter_options(args),
+        session.target,
+        session.parts,
+        options,
         SamplingConfig(args.temperature, args.top_p, args.seed),
         args.max_new_tokens,
     )

@@ -279,10 +279,19 @@ def test_settings_are_saved_when_they_change(qtbot, tmp_path, tiny_window):
     """A crash or kill after an edit loses nothing: the settings file is written shortly after each change."""
     win = tiny_window
     win.gen_panel.max_new.setValue(37)
-    win.gen_panel.eagle_top_k.setValue(5)
+    win.gen_panel.knobs.widgets["eagle_top_k"].setValue(5)
+    win.gen_panel.knobs.widgets["lookahead_context"].setChecked(False)
     win.prompt_panel.text.setPlainText("def saved_prompt():")
     qtbot.waitUntil(lambda: not win.settings_timer.isActive(), timeout=5_000)
     stored = QSettings(win.settings.fileName(), QSettings.Format.IniFormat)
     assert stored.value("max_new") in (37, "37")
     assert stored.value("prompt") == "def saved_prompt():"
-    assert str(stored.value("eagle_knobs")).startswith("5,")
+    assert stored.value("drafters/eagle_top_k") in (5, "5")
+    assert stored.value("drafters/lookahead_context") in (False, "false")
+    # and they come back in a new window, drafter knobs included
+    from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings
+
+    panels = ModelPanel(), PromptPanel(), SettingsPanel()
+    restore_settings(*panels, stored)
+    assert panels[2].knobs.values()["eagle_top_k"] == 5 and panels[2].knobs.values()["lookahead_context"] is False
+    assert panels[2].max_new.value() == 37

@@ -7,7 +7,12 @@ import time
 
 import torch
 
-REFERENCES = ("hf_generate", "hf_assisted", "hf_prompt_lookup")
+REFERENCE_LABELS = {
+    "hf_generate": "transformers generate",
+    "hf_assisted": "transformers assisted",
+    "hf_prompt_lookup": "transformers prompt lookup",
+}
+REFERENCES = tuple(REFERENCE_LABELS)
 PROMPT_LOOKUP_TOKENS = 3  # transformers' n-gram size for the prompt lookup row (its documented example uses 3..10)
 
 

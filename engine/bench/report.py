@@ -7,17 +7,11 @@ import json
 import platform
 from pathlib import Path
 
-METHOD_ORDER = ("ar", "vanilla", "medusa", "eagle", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup")
-LABELS = {
-    "ar": "plain decoding (Glance)",
-    "vanilla": "vanilla speculative",
-    "medusa": "Medusa",
-    "eagle": "EAGLE-2",
-    "lookahead": "lookahead",
-    "hf_generate": "transformers generate",
-    "hf_assisted": "transformers assisted",
-    "hf_prompt_lookup": "transformers prompt lookup",
-}
+from engine.bench.reference import REFERENCE_LABELS
+from engine.registry import BASELINE, DRAFTERS
+
+LABELS = {s.name: s.label for s in DRAFTERS} | {BASELINE: "plain decoding (Glance)"} | REFERENCE_LABELS
+METHOD_ORDER = tuple(LABELS)
 
 
 def _fmt(v, digits: int = 2, suffix: str = "") -> str:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict
 
 from engine.bench.cost import fit_line, forward_costs, predictions
 from engine.bench.report import environment
 from engine.bench.suite import BenchSetup, Progress, run_suite
 from engine.bench.sweep import break_even, run_sweep
+from engine.variants import describe_parts
 
 
 def run_benchmark(
@@ -24,12 +24,7 @@ def run_benchmark(
     target = setup.target
     results: dict = {
         "environment": environment(target, str(target.device), str(target.dtype).removeprefix("torch.")),
-        "models": {
-            "target": target.describe(),
-            **({"draft": setup.parts["draft"].describe()} if setup.parts.get("draft") else {}),
-            **({"medusa": setup.parts["medusa"].config()} if setup.parts.get("medusa") is not None else {}),
-            **({"eagle": setup.parts["eagle"].cfg} if setup.parts.get("eagle") is not None else {}),
-        },
+        "models": {"target": target.describe(), **describe_parts(setup.parts)},
         "settings": {
             "methods": methods,
             "prompts": len(prompts),
@@ -38,7 +33,7 @@ def run_benchmark(
             "temperature": setup.sampling.temperature,
             "top_p": setup.sampling.top_p,
             "seed": setup.sampling.seed,
-            "drafters": asdict(setup.options),
+            "drafters": setup.options.flat(),
             "batch_sizes": batch_sizes,
         },
     }

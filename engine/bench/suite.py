@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import torch
+
 from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
 from engine.decoder import Decoder
 from engine.errors import GlanceError
 from engine.metrics import DepthAcceptance
+from engine.models import LoadedModel
 from engine.sampling import SamplingConfig
 from engine.tree import node_depths
 from engine.variants import NEEDS, DrafterOptions, build_drafter
@@ -30,17 +33,19 @@ class BenchSetup:
     max_new_tokens: int = 64
 
     @property
-    def eos(self) -> int | None:
-        tok = self.target.tokenizer
-        return getattr(self.target.model.generation_config, "eos_token_id", None) or tok.eos_token_id
+    def eos(self) -> int | list[int] | None:
+        eos = getattr(self.target.model.generation_config, "eos_token_id", None)
+        return eos if eos is not None else self.target.tokenizer.eos_token_id
 
     def timed_modules(self) -> list:
         # The target's LM head and embeddings too: EAGLE's head calls them outside the target's forward.
         model = self.target.model
         mods = [model, model.get_output_embeddings(), model.get_input_embeddings()]
-        if self.parts.get("draft") is not None:
-            mods.append(self.parts["draft"].model)
-        mods += [self.parts[k] for k in ("medusa", "eagle") if self.parts.get(k) is not None]
+        for part in self.parts.values():  # draft models and heads
+            if isinstance(part, LoadedModel):
+                mods.append(part.model)
+            elif isinstance(part, torch.nn.Module):
+                mods.append(part)
         return mods
 
     def available(self, method: str) -> bool:
@@ -59,7 +64,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
                 method, setup.target.model, ids, max_new, setup.sampling, setup.eos, draft.model if draft else None
             )
         return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}
-    drafter = build_drafter(method, setup.target, setup.parts, setup.options)
+    drafter = build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling)
     decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method)
     with ModelClock(setup.timed_modules()) as clock:
         res = decoder.generate(ids)

@@ -33,7 +33,11 @@ def run_sweep(
         raise GlanceError("the sweep has no prompts")
 
     def decoder(method: str) -> BatchDecoder:
-        make = None if method == "ar" else (lambda: build_drafter(method, setup.target, setup.parts, setup.options))
+        make = (
+            None
+            if method == "ar"
+            else (lambda: build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling))
+        )
         return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos)
 
     total, done = len(methods) * (1 + len(batch_sizes)), 0

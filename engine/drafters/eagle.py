@@ -10,12 +10,16 @@ deterministic-candidate rule when sampling).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from engine.cache import cache_length, crop
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
-from engine.heads.eagle import EagleHead
+from engine.heads.eagle import EagleHead, load_eagle_head
+from engine.models import BUNDLED_EAGLE
 from engine.tree import Draft
 
 # SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
@@ -195,3 +199,44 @@ class EagleDrafter(Drafter):
         if self.dynamic:
             return {"mode": "eagle-2", "top_k": self.top_k, "depth": self.depth, "total_tokens": self.total}
         return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth}
+
+
+@dataclass
+class EagleOptions:
+    eagle_mode: str = knob(
+        "dynamic",
+        "dynamic: EAGLE-2's confidence-ranked tree; static: EAGLE-1's fixed tree",
+        choices=("dynamic", "static"),
+    )
+    eagle_top_k: int = knob(DEFAULT_TOP_K, "dynamic: nodes expanded per depth", lo=1, hi=32, label="top-k")
+    eagle_depth: int = knob(DEFAULT_DEPTH, "draft depth", lo=1, hi=12)
+    eagle_total_tokens: int = knob(DEFAULT_TOTAL, "dynamic: nodes sent to verification", lo=1, hi=128, label="total")
+
+
+def build(ctx: BuildContext) -> EagleDrafter:
+    o = ctx.options
+    return EagleDrafter(
+        ctx.part,
+        dynamic=o.eagle_mode == "dynamic",
+        top_k=o.eagle_top_k,
+        depth=o.eagle_depth,
+        total_tokens=o.eagle_total_tokens,
+    )
+
+
+SPEC = DrafterSpec(
+    name="eagle",
+    label="EAGLE-2",
+    color="#81c784",
+    summary="a one-layer head predicts the next hidden state: EAGLE-1 static tree, EAGLE-2 dynamic tree "
+    "(Li et al. 2024)",
+    build=build,
+    options=EagleOptions,
+    part=PartSpec(
+        "eagle",
+        "EAGLE head folder",
+        load=lambda path, target, access: load_eagle_head(path, target.model),
+        describe=lambda head: dict(head.cfg),
+        bundled=BUNDLED_EAGLE,
+    ),
+)

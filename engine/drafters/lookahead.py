@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import random
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.spec import BuildContext, DrafterSpec, knob
 from engine.errors import GlanceError
 from engine.tree import Draft
 
@@ -217,3 +219,38 @@ class LookaheadDrafter(Drafter):
             "context_ngrams": self.context_ngrams,
             **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.stats().items()},
         }
+
+
+@dataclass
+class LookaheadOptions:
+    lookahead_window: int = knob(DEFAULT_WINDOW, "W: window width (Jacobi guesses per level)", lo=1, hi=32, label="W")
+    lookahead_ngram: int = knob(DEFAULT_NGRAM, "N: n-gram size (the window keeps N - 1 levels)", lo=2, hi=8, label="N")
+    lookahead_guesses: int = knob(
+        DEFAULT_GUESSES, "G: n-grams verified per step (0: plain decoding)", lo=0, hi=32, label="G"
+    )
+    lookahead_context: bool = knob(
+        True,
+        "also pool the n-grams of the prompt and the committed text (--no-context-ngrams: Jacobi n-grams only)",
+        flag="--no-context-ngrams",
+        label="pool prompt and output n-grams",
+    )
+
+
+def build(ctx: BuildContext) -> LookaheadDrafter:
+    o = ctx.options
+    return LookaheadDrafter(
+        window=o.lookahead_window,
+        ngram=o.lookahead_ngram,
+        guesses=o.lookahead_guesses,
+        context_ngrams=o.lookahead_context,
+    )
+
+
+SPEC = DrafterSpec(
+    name="lookahead",
+    label="lookahead",
+    color="#ba68c8",
+    summary="Jacobi iteration over a 2D window fills an n-gram pool; pooled n-grams are verified (Fu et al. 2024)",
+    build=build,
+    options=LookaheadOptions,
+)

@@ -8,12 +8,15 @@ Medusa step costs exactly one target forward plus the small heads.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import torch
 
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
-from engine.heads.medusa import MedusaHeads
+from engine.heads.medusa import MedusaHeads, load_medusa_heads
+from engine.models import BUNDLED_MEDUSA
 from engine.tree import Draft
 
 # FasterDecoding/Medusa `medusa_choices.py`: the 63-node tree tuned for Vicuna-7B on an A100.
@@ -136,3 +139,42 @@ class MedusaDrafter(Drafter):
             "heads": self.heads.num_heads,
             "acceptance": self.acceptance,
         }
+
+
+@dataclass
+class MedusaOptions:
+    medusa_tree: str = knob(
+        DEFAULT_TREE,
+        f"the tree: a name ({', '.join(TREES)}) or a JSON list of paths such as [[0], [0, 0], [1]]",
+        suggestions=tuple(TREES),
+        label="tree",
+    )
+    acceptance: str = knob(
+        "exact",
+        "greedy (needs temperature 0), exact sampling, or typical acceptance (approximate)",
+        choices=("greedy", "exact", "typical"),
+    )
+
+
+def build(ctx: BuildContext) -> MedusaDrafter:
+    o = ctx.options
+    if o.acceptance == "greedy" and not ctx.sampling.greedy:
+        raise GlanceError("--acceptance greedy needs --temperature 0; use exact or typical to sample")
+    return MedusaDrafter(ctx.part, tree=o.medusa_tree, acceptance=o.acceptance)
+
+
+SPEC = DrafterSpec(
+    name="medusa",
+    label="Medusa",
+    color="#ffb74d",
+    summary="extra heads on the target's last hidden state propose a token tree (Cai et al. 2024)",
+    build=build,
+    options=MedusaOptions,
+    part=PartSpec(
+        "medusa",
+        "Medusa heads folder",
+        load=lambda path, target, access: load_medusa_heads(path, target.model),
+        describe=lambda heads: heads.config(),
+        bundled=BUNDLED_MEDUSA,
+    ),
+)

@@ -1,0 +1,158 @@
+"""The window's controller: runs engine jobs (load, race, benchmark) on the worker thread through the engine's
+`Session` facade, writes the autosaved session log, and hands the views ready-to-draw events. No widgets here."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+
+from app.worker import EngineWorker, WorkerThread
+from engine import GlanceError, StepEvent
+from engine.session import RaceSettings, Session
+from engine.session_log import SessionLogWriter
+
+
+class PieceDecoder:
+    """Text of each new token, decoded in context so multi-token characters and spaces come out right."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.text = ""
+
+    def pieces(self, tokens: list[int]) -> list[str]:
+        out = []
+        for t in tokens:
+            self.ids.append(t)
+            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+            out.append(text[len(self.text) :])
+            self.text = text
+        return out
+
+
+def rejected_tokens(ev: StepEvent) -> list[int]:
+    """Draft tokens after the accepted path, along first children: the guess the target corrected."""
+    node = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
+    out = []
+    while True:
+        child = next((i for i, p in enumerate(ev.draft_parents) if p == node), None)
+        if child is None:
+            return out
+        out.append(ev.draft_tokens[child])
+        node = child
+
+
+class Controller(QObject):
+    """One job at a time on the engine thread; `event` carries each lane's events with their text pieces attached."""
+
+    event = Signal(str, object)  # lane, StepEvent | RunSummary
+    done = Signal(str, object)  # job name, result (a Session for "load")
+    failed = Signal(str, str)  # job name, message
+    progress = Signal(int, int, str)  # benchmark progress
+    warning = Signal(str)  # something went wrong that does not stop the job (the log could not be written)
+
+    def __init__(self, autosave_dir: Path) -> None:
+        super().__init__()
+        self.autosave_dir = Path(autosave_dir)
+        self.session: Session | None = None
+        self.job: str | None = None
+        self.log: SessionLogWriter | None = None
+        self.log_path: Path | None = None
+        self.race_settings: RaceSettings | None = None
+        self.decoders: dict[str, PieceDecoder] = {}
+        self.thread = WorkerThread()
+        w = self.thread.worker
+        w.event.connect(self._on_event)
+        w.done.connect(self._on_done)
+        w.failed.connect(self._on_failed)
+        w.progress.connect(self.progress)
+
+    # ---- jobs ---------------------------------------------------------------------------------------------------
+    def _start(self, name: str, job) -> None:
+        self.job = name
+        self.thread.submit(name, job)
+
+    def load(self, target: str, paths: dict[str, str], device: str, dtype: str, allow_download: bool) -> None:
+        def job(worker: EngineWorker) -> Session:
+            return Session.load(target or None, paths, device=device, dtype=dtype, allow_download=allow_download)
+
+        self._start("load", job)
+
+    def race(self, prompt: str, settings: RaceSettings) -> None:
+        """Start a race on the loaded session; bad settings raise GlanceError here, before anything runs."""
+        session = self.session
+        if session is None:
+            raise GlanceError("no model is loaded: press Load first")
+        prompt_ids = session.encode(prompt)
+        for m in settings.methods:
+            session.decoder(m, settings)  # a bad option or a missing part fails now, with its message
+        self.race_settings = settings
+        self.decoders = {m: PieceDecoder(session.tokenizer) for m in settings.methods}
+        self._open_log(session, settings, prompt, prompt_ids)
+
+        def job(worker: EngineWorker) -> str:
+            for name, item in session.race(prompt_ids, settings, worker.cancel):
+                worker.event.emit(name, item)
+            return "cancelled" if worker.cancel.is_set() else "finished"
+
+        self._start("race", job)
+
+    def benchmark(self, job) -> None:
+        self._start("benchmark", job)
+
+    def stop(self) -> None:
+        self.thread.worker.cancel.set()
+
+    def close(self) -> None:
+        self.thread.stop()
+        self._close_log()
+
+    # ---- session log --------------------------------------------------------------------------------------------
+    def _open_log(self, session: Session, settings: RaceSettings, prompt: str, prompt_ids: list[int]) -> None:
+        """Autosave under a name no other race shares (time, process, and a random suffix)."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.log_path = self.autosave_dir / f"session-{stamp}-{os.getpid()}-{uuid.uuid4().hex[:6]}.jsonl"
+        try:
+            self.log = session.open_log(self.log_path, settings, prompt, prompt_ids)
+        except GlanceError as exc:
+            self.log = None
+            self.warning.emit(f"{exc}; racing without an autosaved log")
+
+    def _close_log(self) -> None:
+        if self.log is not None:
+            try:
+                self.log.close()
+            except OSError:
+                pass
+            self.log = None
+
+    # ---- from the worker ------------------------------------------------------------------------------------------
+    def _on_event(self, lane: str, item) -> None:
+        if isinstance(item, StepEvent) and "pieces" not in item.extra and lane in self.decoders:
+            decoder = self.decoders[lane]
+            item.extra["pieces"] = decoder.pieces(item.tokens)
+            item.extra["rejected_pieces"] = [decoder.tokenizer.decode([t]) for t in rejected_tokens(item)]
+        if self.log is not None:
+            try:
+                self.log.event(item)
+            except GlanceError as exc:  # a full disk: keep racing on screen, say the log stopped
+                self._close_log()
+                self.warning.emit(f"{exc}; the race continues without a log")
+        self.event.emit(lane, item)
+
+    def _on_done(self, name: str, result) -> None:
+        self.job = None
+        if name == "load":
+            self.session = result
+        if name == "race":
+            self._close_log()
+        self.done.emit(name, result)
+
+    def _on_failed(self, name: str, message: str) -> None:
+        self.job = None
+        self._close_log()
+        self.failed.emit(name, message)

@@ -1,0 +1,134 @@
+"""What a drafter declares once, so the CLI flags, the app's knobs, saved settings, logs, benchmark tables and
+colours are all generated from it (docs/ARCHITECTURE.md, "Add a drafter").
+
+A drafter module defines a `SPEC = DrafterSpec(...)`: its name, label and colour, the part it needs loaded besides
+the target (a draft model, heads, or nothing), an options dataclass whose fields are declared with `knob(...)`
+(type from the annotation, default, range or choices, help), and a build function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.errors import GlanceError
+
+if typing.TYPE_CHECKING:
+    from engine.drafters.base import Drafter
+    from engine.models import LoadedModel
+    from engine.sampling import SamplingConfig
+
+
+@dataclass(frozen=True)
+class Knob:
+    """How an option is offered: help text, an inclusive range for numbers, strict `choices` or free-form
+    `suggestions` for strings, and the CLI flag when it is not `--<field-name>`."""
+
+    help: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+    suggestions: tuple[str, ...] | None = None
+    flag: str | None = None
+    label: str | None = None
+
+
+def knob(default: Any, help: str, **kwargs: Any) -> Any:
+    """A dataclass field that carries its Knob: `gamma: int = knob(3, "draft tokens per step", lo=1, hi=16)`."""
+    return field(default=default, metadata={"knob": Knob(help, **kwargs)})
+
+
+@dataclass(frozen=True)
+class KnobField:
+    """One option field resolved: its (globally unique) name, Python type, default and Knob."""
+
+    name: str
+    kind: type
+    default: Any
+    knob: Knob
+
+    @property
+    def flag(self) -> str:
+        return self.knob.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def label(self) -> str:
+        return self.knob.label or self.name.split("_", 1)[-1].replace("_", " ")
+
+    def check(self, value: Any) -> Any:
+        """The value converted to this field's type, or a GlanceError that names the flag and the allowed values."""
+        k = self.knob
+        try:
+            if self.kind is bool:
+                if not isinstance(value, bool):
+                    raise ValueError
+            elif self.kind is int:
+                if isinstance(value, bool) or int(value) != float(value):
+                    raise ValueError
+                value = int(value)
+            else:
+                value = self.kind(value)
+        except (TypeError, ValueError, OverflowError):
+            raise GlanceError(f"{self.flag} takes a {self.kind.__name__} (got {value!r})") from None
+        if k.lo is not None and k.hi is not None and not k.lo <= value <= k.hi:
+            raise GlanceError(f"{self.flag} must be between {_num(k.lo)} and {_num(k.hi)} (got {value})")
+        if k.choices is not None and value not in k.choices:
+            raise GlanceError(f"{self.flag} must be one of {', '.join(k.choices)} (got {value!r})")
+        return value
+
+
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+def knob_fields(options: type | None) -> list[KnobField]:
+    """The knob fields of an options dataclass, in declaration order."""
+    if options is None:
+        return []
+    hints = typing.get_type_hints(options)
+    return [
+        KnobField(f.name, hints[f.name], f.default, f.metadata["knob"])
+        for f in dataclasses.fields(options)
+        if "knob" in f.metadata
+    ]
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """Something a drafter needs loaded besides the target: `load(path, target, access)` returns it (raising
+    GlanceError when it does not fit the target) and `describe(part)` says what it is for logs and reports."""
+
+    key: str  # also the CLI flag (--draft) and the app's model field
+    help: str
+    load: Callable[[str, LoadedModel, dict], Any]
+    describe: Callable[[Any], dict]
+    bundled: Path | None = None  # used with the bundled target when the user names none
+
+
+@dataclass
+class BuildContext:
+    """What a build function gets: the target, the loaded part (or None), the drafter's options and the sampling."""
+
+    target: LoadedModel
+    part: Any
+    options: Any
+    sampling: SamplingConfig
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    name: str  # the method name on the command line, in logs and settings
+    label: str  # human name in tables and the app
+    color: str  # the lane colour, "#rrggbb"
+    summary: str  # one line: what drafts
+    build: Callable[[BuildContext], Drafter]
+    options: type | None = None  # a dataclass of knob(...) fields; their names are unique across drafters
+    part: PartSpec | None = None
+
+    @property
+    def knobs(self) -> list[KnobField]:
+        return knob_fields(self.options)

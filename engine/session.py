@@ -1,0 +1,136 @@
+"""The engine's facade for front ends: load a target and the parts its drafters need, build decoders for the chosen
+methods, race them and log what happened. The CLI and the app both go through it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.decoder import CancelCheck, Decoder
+from engine.errors import GlanceError
+from engine.events import RunSummary, StepEvent
+from engine.models import BUNDLED_TARGET, LoadedModel, load_model
+from engine.race import Lane, race
+from engine.registry import METHODS, parts, spec
+from engine.sampling import SamplingConfig
+from engine.session_log import SessionLogWriter
+from engine.variants import DrafterOptions, build_drafter, describe_parts, load_parts
+
+
+@dataclass
+class RaceSettings:
+    """What a race runs with, besides the models: recorded whole in the session log's header."""
+
+    methods: list[str]
+    max_new_tokens: int = 64
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    options: DrafterOptions = field(default_factory=DrafterOptions)
+    interleaved: bool = True
+
+    def __post_init__(self) -> None:
+        for m in self.methods:
+            spec(m)  # unknown names fail here, with the list of known ones
+        if self.max_new_tokens < 1:
+            raise GlanceError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
+
+    def describe(self) -> dict:
+        s = self.sampling
+        return {
+            "methods": list(self.methods),
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": s.temperature,
+            "top_p": s.top_p,
+            "seed": s.seed,
+            "drafters": self.options.flat(),
+            "interleaved": self.interleaved,
+        }
+
+
+@dataclass
+class Session:
+    """A loaded target and the parts (draft model, heads) its drafters need, keyed by part key."""
+
+    target: LoadedModel
+    parts: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(
+        cls,
+        target: str | None = None,
+        paths: dict[str, str | None] | None = None,
+        methods: list[str] | tuple[str, ...] = METHODS,
+        device: str = "auto",
+        dtype: str = "auto",
+        allow_download: bool = False,
+        trust_remote_code: bool = False,
+    ) -> Session:
+        """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
+        a part the user names none for is the bundled one; with their own target, only what they name."""
+        bundled = not target
+        if bundled and not (BUNDLED_TARGET / "config.json").exists():
+            raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
+        access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
+        loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
+        chosen = {}
+        for part in parts():
+            given = (paths or {}).get(part.key)
+            if given:
+                chosen[part.key] = str(given)
+            elif bundled and part.bundled is not None and Path(part.bundled).exists():
+                chosen[part.key] = str(part.bundled)
+        return cls(loaded, load_parts(loaded, methods, chosen, **access))
+
+    @property
+    def tokenizer(self):
+        return self.target.tokenizer
+
+    @property
+    def eos(self) -> int | list[int] | None:
+        """The target's end-of-sequence id(s): its generation config first, then its tokenizer."""
+        eos = getattr(self.target.model.generation_config, "eos_token_id", None)
+        return eos if eos is not None else self.target.tokenizer.eos_token_id
+
+    def available(self, method: str) -> bool:
+        """True when `method`'s part is loaded (or it needs none)."""
+        s = spec(method)
+        return s.part is None or self.parts.get(s.part.key) is not None
+
+    def describe(self) -> dict:
+        """The target and every loaded part, for logs and reports."""
+        return {"target": self.target.describe(), **describe_parts(self.parts)}
+
+    def encode(self, prompt: str) -> list[int]:
+        if not prompt.strip():
+            raise GlanceError("the prompt is empty: give some text")
+        return self.target.tokenizer(prompt)["input_ids"]
+
+    def decoder(self, method: str, settings: RaceSettings) -> Decoder:
+        drafter = build_drafter(method, self.target, self.parts, settings.options, settings.sampling)
+        return Decoder(self.target.model, drafter, settings.sampling, settings.max_new_tokens, self.eos, variant=method)
+
+    def race(
+        self, prompt_ids: list[int], settings: RaceSettings, cancel: CancelCheck = None
+    ) -> Iterator[tuple[str, StepEvent | RunSummary]]:
+        """(lane, event) for every chosen method until each has yielded its summary; drafters are built first, so
+        a bad option fails before any lane starts."""
+        lanes = [Lane(m, self.decoder(m, settings)) for m in settings.methods]
+        return race(lanes, prompt_ids, cancel, interleaved=settings.interleaved)
+
+    def open_log(
+        self, path: str | Path, settings: RaceSettings, prompt: str, prompt_ids: list[int]
+    ) -> SessionLogWriter:
+        """A session log whose header names the models, every loaded part, the prompt and the settings."""
+        writer = SessionLogWriter(path)
+        try:
+            header = settings.describe() | {
+                "prompt": prompt,
+                "prompt_ids": prompt_ids,
+                "dtype": str(self.target.dtype).removeprefix("torch."),
+            }
+            writer.header(self.describe(), str(self.target.device), header)
+        except BaseException:
+            writer.close()
+            raise
+        return writer
