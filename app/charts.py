@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.theme import variant_color
 from engine.events import StepEvent
-from engine.metrics import DepthAcceptance
+from engine.stats import RunStats
 
 CHARTS = {
     "accepted": ("Accepted length per step", "step", "tokens"),
@@ -29,20 +29,20 @@ class LaneSeries:
     lengths: list[int] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
-    by_depth: DepthAcceptance = field(default_factory=DepthAcceptance)
+    stats: RunStats = field(default_factory=RunStats)
     items: dict = field(default_factory=dict)
     dirty: bool = False  # data arrived that the plot items do not show yet
 
     def add(self, ev: StepEvent) -> None:
         self.dirty = True
+        self.stats.add(ev)
         if ev.clock > 0:
             self.clocks.append(ev.clock)
-            self.rates.append(ev.new_tokens / ev.clock)
+            self.rates.append(self.stats.tokens_per_second)
         if ev.step == 0:
             return
         self.steps.append(ev.step)
         self.lengths.append(len(ev.tokens))
-        self.by_depth.add(ev.draft_parents, len(ev.accepted_nodes))
 
 
 class ChartsWidget(QWidget):
@@ -106,7 +106,7 @@ class ChartsWidget(QWidget):
             top = max(counts, default=1)
             edges = np.arange(0.5, top + 1.5)
             s.items["histogram"].setData(edges, np.array([counts.get(k, 0) for k in range(1, top + 1)]))
-            rates = s.by_depth.rates()
+            rates = s.stats.acceptance_by_depth
             s.items["depth"].setData(np.arange(1, len(rates) + 1), np.array(rates))
         self.dirty = False
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
@@ -11,61 +11,27 @@ from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QVBoxLayout
 
 from app.theme import REJECTED, depth_shade, variant_color
 from engine.events import RunSummary, StepEvent
+from engine.stats import RunStats
 from engine.tree import node_depths
 
 
 @dataclass
-class LaneStats:
-    """Running metrics of one lane, by DESIGN.md's definitions; the run summary overrides them when it arrives."""
+class LaneStats(RunStats):
+    """The engine's running statistics of one lane; the run summary's numbers win once it arrives."""
 
-    steps: int = 0
-    step_tokens: int = 0
-    accepted: int = 0
-    proposed_depth: int = 0
-    new_tokens: int = 0
-    clock: float = 0.0
-    tokens: list[int] = field(default_factory=list)
     summary: RunSummary | None = None
-    pool_size: int | None = None  # lookahead: n-grams pooled, steps that verified some, steps that accepted some
-    guess_steps: int = 0
-    hit_steps: int = 0
-
-    def add(self, ev: StepEvent) -> None:
-        self.tokens.extend(ev.tokens)
-        self.new_tokens, self.clock = ev.new_tokens, ev.clock
-        if ev.step > 0:
-            self.steps += 1
-            self.step_tokens += len(ev.tokens)
-            self.accepted += len(ev.accepted_nodes)
-            self.proposed_depth += max(node_depths(ev.draft_parents), default=0)
-        if "pool_size" in ev.extra:
-            self.pool_size = ev.extra["pool_size"]
-            if ev.extra.get("ngrams"):
-                self.guess_steps += 1
-                self.hit_steps += bool(ev.accepted_nodes)
-
-    @property
-    def hit_rate(self) -> float | None:
-        """Lookahead: of the steps that verified pooled n-grams, the share that accepted at least one token."""
-        return self.hit_steps / self.guess_steps if self.guess_steps else None
 
     @property
     def tau(self) -> float:
-        if self.summary:
-            return self.summary.mean_accepted_length
-        return self.step_tokens / self.steps if self.steps else 0.0
+        return self.summary.mean_accepted_length if self.summary else super().tau
 
     @property
     def acceptance(self) -> float | None:
-        if self.summary:
-            return self.summary.acceptance_rate
-        return self.accepted / self.proposed_depth if self.proposed_depth else None
+        return self.summary.acceptance_rate if self.summary else super().acceptance
 
     @property
     def tokens_per_second(self) -> float:
-        if self.summary:
-            return self.summary.tokens_per_second
-        return self.new_tokens / self.clock if self.clock > 0 else 0.0
+        return self.summary.tokens_per_second if self.summary else super().tokens_per_second
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:

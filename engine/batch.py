@@ -1,8 +1,10 @@
 """Batched speculative decoding: B prompts at once, one target forward per step for every row, each row drafted,
 verified and accepted on its own, so rows advance by different amounts.
 
-Every row keeps its own cache length: after each step a per-row gather packs row b's cache to its committed tokens
-(right-padded to the longest row) and the mask hides each row's padding. Drafters are per row (their own caches,
+The commit logic (first token, verification, EOS/budget cut, rows for the next draft) is `engine/step.py`'s, the
+same as the single-prompt `Decoder`'s, and both emit StepEvents. Every row keeps its own cache length: after each
+step a per-row gather packs row b's cache to its committed tokens (right-padded to the longest row) and the mask
+hides each row's padding. Drafters are per row (their own caches,
 pools and hidden states) and draft one row at a time; only the target's verification is batched. A drafter sees a
 `RowView` of the batched output laid out exactly like a batch-1 forward, so every variant runs unchanged.
 """
@@ -10,7 +12,8 @@ pools and hidden states) and draft one row at a time; only the target's verifica
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +23,10 @@ from transformers import DynamicCache
 from engine.cache import gather_rows
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
-from engine.sampling import SamplingConfig, logits_to_probs, sample
-from engine.tree import Draft, draft_visibility, node_depths
-from engine.verify import verify
+from engine.events import StepEvent
+from engine.sampling import SamplingConfig
+from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
+from engine.tree import Draft, additive_mask, draft_visibility, node_depths
 
 
 @dataclass
@@ -77,6 +81,7 @@ class BatchDecoder:
         max_new_tokens: int = 64,
         eos_token_ids: list[int] | int | None = None,
         pad_token_id: int = 0,
+        variant: str = "batch",
     ) -> None:
         if max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {max_new_tokens})")
@@ -84,20 +89,19 @@ class BatchDecoder:
         self.make_drafter = make_drafter or Drafter
         self.sampling = sampling or SamplingConfig()
         self.max_new_tokens = max_new_tokens
-        if isinstance(eos_token_ids, int):
-            eos_token_ids = [eos_token_ids]
-        self.eos = set(eos_token_ids or [])
+        if eos_token_ids is None:
+            eos_token_ids = getattr(target.config, "eos_token_id", None)
+        self.eos = eos_set(eos_token_ids)
         self.pad = pad_token_id
+        self.variant = variant
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
     def _forward(self, ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor, cache, hidden: bool):
         """ids, positions: [B, S]; visible: [B, S, past + S] bool."""
-        mask = torch.zeros(visible.shape, dtype=self.dtype)
-        mask.masked_fill_(~visible, torch.finfo(self.dtype).min)
         return self.target(
             input_ids=ids.to(self.device),
-            attention_mask=mask[:, None].to(self.device),  # [B, 1, S, past + S]
+            attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, past + S]
             position_ids=positions.to(self.device),
             cache=cache,
             use_cache=True,
@@ -106,13 +110,25 @@ class BatchDecoder:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]]) -> BatchResult:
+        """Decode every prompt to its end; the per-row step events are dropped (see `stream`)."""
+        for item in self.stream(prompts):
+            if isinstance(item, BatchResult):
+                return item
+        raise RuntimeError("stream ended without a result")
+
+    @torch.no_grad()
+    def stream(self, prompts: list[list[int]]) -> Iterator[tuple[int, StepEvent] | BatchResult]:
+        """(row, StepEvent) for every row's prefill and verification steps, then the BatchResult. Events carry no
+        per-token target probabilities (nothing renders batched rows token by token)."""
         if not prompts or any(not p for p in prompts):
             raise GlanceError("every prompt of a batch needs at least one token")
         B = len(prompts)
         drafters = [self.make_drafter() for _ in range(B)]
         hidden = drafters[0].needs_hidden_states
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
+        run_ids = [uuid.uuid4().hex[:12] for _ in range(B)]
         cache = DynamicCache(config=self.target.config)
+        sync(self.device)
         t0 = time.perf_counter()
 
         # Prefill, right-padded: row b's real tokens are columns 0..len_b - 1.
@@ -128,23 +144,21 @@ class BatchDecoder:
             positions[b] = torch.arange(T).clamp(max=len(p) - 1)
         out = self._forward(ids, visible, positions, cache, hidden)
         forwards = 1
-        states, new = [], []
+        states, new, active = [], [], []
         for b, p in enumerate(prompts):
-            logits = out.logits[b, len(p) - 1].float()
-            first = (
-                int(logits.argmax())
-                if self.sampling.greedy
-                else sample(logits_to_probs(logits, self.sampling), gens[b])
-            )
+            first = first_token(out.logits[b, len(p) - 1].float(), self.sampling, gens[b])
             state = DecodeState(list(p) + [first], len(p), self.sampling, gens[b], _row_view(out, b, len(p)))
             drafters[b].begin(state)
             states.append(state)
             new.append([first])
+            active.append(cut([first], self.max_new_tokens, self.eos)[1] is None)
+        sync(self.device)
+        prefill_s = time.perf_counter() - t0
+        for b in range(B):
+            yield b, prefill_event(run_ids[b], self.variant, new[b][0], prefill_s)
         cached = list(lens)  # row b's cache length: every committed token but the pending one
-        active = [t[0] not in self.eos and self.max_new_tokens > 1 for t in new]
         steps = [0] * B
         draft_s = verify_s = 0.0
-        prefill_s = time.perf_counter() - t0
 
         while any(active):
             ts = time.perf_counter()
@@ -152,6 +166,7 @@ class BatchDecoder:
                 drafters[b].propose(states[b], self.max_new_tokens - len(new[b]) - 1) if active[b] else Draft()
                 for b in range(B)
             ]
+            sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
             S, past = max(sizes), cache.get_seq_length()
@@ -169,36 +184,37 @@ class BatchDecoder:
                 positions[b, n:] = cached[b]
             out = self._forward(ids, visible, positions, cache, hidden)
             forwards += 1
-            keep, verified = [], []
+            keep, outcomes = [], {}
             for b, d in enumerate(drafts):
                 if not active[b]:
                     keep.append(list(range(cached[b])))
                     continue
                 logits = out.logits[b, : 1 + len(d)].float()  # [1 + n, V]: side rows are the drafter's
-                verdict = verify(d, logits, self.sampling, gens[b])
-                emitted = [d.tokens[i] for i in verdict.accepted] + [verdict.bonus]
-                rows = [0] + [i + 1 for i in verdict.accepted]  # row that predicted each emitted token
-                keep.append(list(range(cached[b])) + [past + r for r in rows])
-                budget = self.max_new_tokens - len(new[b])
-                for i, tok in enumerate(emitted):  # stop at EOS or at the budget, whichever comes first
-                    if tok in self.eos or i + 1 >= budget:
-                        emitted, rows, active[b] = emitted[: i + 1], rows[: i + 1], False
-                        break
-                states[b].tokens.extend(emitted)
+                step = commit(d, logits, self.sampling, gens[b], self.max_new_tokens - len(new[b]), self.eos)
+                keep.append(list(range(cached[b])) + [past + r for r in step.rows])
+                active[b] = step.stop is None
+                states[b].tokens.extend(step.tokens)
                 states[b].target_out = _row_view(out, b, sizes[b])
-                states[b].extra["rows"] = rows
-                new[b].extend(emitted)
+                states[b].rows = step.rows
+                states[b].side_logits = out.logits[b, 1 + len(d) : sizes[b]] if d.side_tokens else None
+                new[b].extend(step.tokens)
                 steps[b] += 1
-                verified.append((b, verdict.accepted))
+                outcomes[b] = step
             longest = max(len(k) for k in keep)
             index = torch.tensor([k + [0] * (longest - len(k)) for k in keep])  # [B, longest]
             gather_rows(cache, index)
             cached = [len(k) for k in keep]
+            sync(self.device)
             tu = time.perf_counter()
-            for b, accepted in verified:
-                drafters[b].update(states[b], drafts[b], accepted)
+            for b, step in outcomes.items():
+                drafters[b].update(states[b], drafts[b], step.accepted)
+            sync(self.device)
             te = time.perf_counter()
-            draft_s += (tv - ts) + (te - tu)
-            verify_s += tu - tv
+            d_s, v_s = (tv - ts) + (te - tu), tu - tv
+            draft_s += d_s
+            verify_s += v_s
+            clock = prefill_s + draft_s + verify_s
+            for b, step in outcomes.items():
+                yield b, step_event(run_ids[b], self.variant, steps[b], drafts[b], step, d_s, v_s, clock, len(new[b]))
         wall = prefill_s + draft_s + verify_s
-        return BatchResult(new, steps, forwards, wall, draft_s, verify_s)
+        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s)

@@ -20,20 +20,13 @@ from engine.cache import cache_length, compact_tail
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.metrics import DepthAcceptance
-from engine.sampling import SamplingConfig, logits_to_probs, sample
+from engine.sampling import SamplingConfig, logits_to_probs
+from engine.stats import RunStats
+from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.tree import Draft, tree_attention_mask, tree_position_ids
-from engine.verify import verify
 
 TOP_TOKENS = 5
 CancelCheck = Callable[[], bool] | threading.Event | None
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def _is_cancelled(cancel: CancelCheck) -> bool:
@@ -69,9 +62,7 @@ class Decoder:
         self.max_new_tokens = max_new_tokens
         if eos_token_ids is None:
             eos_token_ids = getattr(target.config, "eos_token_id", None)
-        if isinstance(eos_token_ids, int):
-            eos_token_ids = [eos_token_ids]
-        self.eos = set(eos_token_ids or [])
+        self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
@@ -117,48 +108,27 @@ class Decoder:
         new: list[int] = []
         steps = forwards = 0
         draft_s = verify_s = 0.0
-        step_lens: list[int] = []
-        proposed_depth = accepted_total = 0
-        by_depth = DepthAcceptance()
+        stats = RunStats()
         stop = None
 
-        _sync(self.device)
+        sync(self.device)
         t0 = time.perf_counter()
         # Prefill: the whole prompt; its last logits give the first new token (not counted in tau).
         out = self._forward(torch.tensor([prompt_ids], device=self.device), cache)
         forwards += 1
         logits = out.logits[0, -1:].float()  # [1, V]
-        first = (
-            int(logits[0].argmax()) if self.sampling.greedy else sample(logits_to_probs(logits[0], self.sampling), gen)
-        )
+        first = first_token(logits[0], self.sampling, gen)
         state.tokens.append(first)
         state.target_out = out
         new.append(first)
         drafter.begin(state)
-        _sync(self.device)
+        sync(self.device)
         prefill_s = time.perf_counter() - t0
         probs, top = self._target_view(logits, [first], [0])
-        yield StepEvent(
-            run_id=run_id,
-            variant=self.variant,
-            step=0,
-            draft_tokens=[],
-            draft_parents=[],
-            accepted_nodes=[],
-            tokens=[first],
-            from_draft=[False],
-            target_probs=probs,
-            draft_seconds=0.0,
-            verify_seconds=prefill_s,
-            clock=prefill_s,
-            new_tokens=1,
-            extra={"prefill": True},
-            target_top=top,
-        )
-        if first in self.eos:
-            stop = "eos"
-        elif len(new) >= self.max_new_tokens:
-            stop = "max_new_tokens"
+        event = prefill_event(run_id, self.variant, first, prefill_s, probs, top)
+        stats.add(event)
+        yield event
+        _, stop = cut([first], self.max_new_tokens, self.eos)
 
         while stop is None:
             if _is_cancelled(cancel):
@@ -167,58 +137,35 @@ class Decoder:
             budget = self.max_new_tokens - len(new)
             ts = time.perf_counter()
             draft = drafter.propose(state, max_tokens=budget - 1)
-            _sync(self.device)
+            sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)
             ids = [[state.tokens[-1]] + draft.tokens + draft.side_tokens]
             out = self._forward(torch.tensor(ids, device=self.device), cache, draft)  # over [1, 1 + n + m]
             forwards += 1
             logits = out.logits[0, : 1 + len(draft)].float()  # [1 + n, V]: side rows are the drafter's
-            verdict = verify(draft, logits, self.sampling, gen)
-            compact_tail(cache, past, [0] + [1 + i for i in verdict.accepted])
-            emitted = [draft.tokens[i] for i in verdict.accepted] + [verdict.bonus]
-            rows = [0] + [i + 1 for i in verdict.accepted]  # row that predicted each emitted token
-            from_draft = [True] * len(verdict.accepted) + [False]
-            for i, tok in enumerate(emitted):  # stop at EOS or at the budget, whichever comes first
-                if tok in self.eos or i + 1 >= budget:
-                    stop = "eos" if tok in self.eos else "max_new_tokens"
-                    emitted, rows, from_draft = emitted[: i + 1], rows[: i + 1], from_draft[: i + 1]
-                    break
+            step = commit(draft, logits, self.sampling, gen, budget, self.eos)
+            compact_tail(cache, past, step.rows)  # the pending token and the accepted path
+            emitted, rows, stop = step.tokens, step.rows, step.stop
             state.tokens.extend(emitted)
             state.target_out = out
-            state.extra["rows"] = rows
-            _sync(self.device)
+            state.rows = rows
+            state.side_logits = out.logits[0, 1 + len(draft) :] if draft.side_tokens else None  # [m, V]
+            sync(self.device)
             tu = time.perf_counter()
-            drafter.update(state, draft, verdict.accepted)
-            _sync(self.device)
+            drafter.update(state, draft, step.accepted)
+            sync(self.device)
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
             draft_s += d_s
             verify_s += v_s
             new.extend(emitted)
             steps += 1
-            step_lens.append(len(emitted))
-            proposed_depth += max(draft.depths(), default=0)
-            accepted_total += len(verdict.accepted)
-            by_depth.add(draft.parents, len(verdict.accepted))
             probs, top = self._target_view(logits, emitted, rows)
-            yield StepEvent(
-                run_id=run_id,
-                variant=self.variant,
-                step=steps,
-                draft_tokens=list(draft.tokens),
-                draft_parents=list(draft.parents),
-                accepted_nodes=list(verdict.accepted),
-                tokens=emitted,
-                from_draft=from_draft,
-                target_probs=probs,
-                draft_seconds=d_s,
-                verify_seconds=v_s,
-                clock=prefill_s + draft_s + verify_s,
-                new_tokens=len(new),
-                extra=dict(draft.meta),
-                target_top=top,
-            )
+            clock = prefill_s + draft_s + verify_s
+            event = step_event(run_id, self.variant, steps, draft, step, d_s, v_s, clock, len(new), probs, top)
+            stats.add(event)
+            yield event
 
         wall = prefill_s + draft_s + verify_s
         yield RunSummary(
@@ -229,9 +176,9 @@ class Decoder:
             new_tokens=len(new),
             steps=steps,
             target_forwards=forwards,
-            mean_accepted_length=sum(step_lens) / steps if steps else 0.0,
-            acceptance_rate=accepted_total / proposed_depth if proposed_depth else None,
-            acceptance_by_depth=by_depth.rates(),
+            mean_accepted_length=stats.tau,
+            acceptance_rate=stats.acceptance,
+            acceptance_by_depth=stats.acceptance_by_depth,
             tokens_per_second=len(new) / wall if wall > 0 else 0.0,
             wall_seconds=wall,
             prefill_seconds=prefill_s,

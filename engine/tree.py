@@ -24,7 +24,9 @@ class Draft:
     parents: list[int] = field(default_factory=list)
     # Draft distribution each node was sampled from, [n, V], only when tokens were sampled (Leviathan's rule applies).
     q_probs: torch.Tensor | None = None
-    meta: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)  # what the drafter wants shown (the step event's `extra`)
+    # Medusa's typical acceptance (epsilon, alpha): an approximate rule, used only when set.
+    typical: tuple[float, float] | None = None
     # Side branch: tokens, positions relative to the root, and which side tokens each may see ([m, m] bool);
     # every side token also sees the cache and the root.
     side_tokens: list[int] = field(default_factory=list)
@@ -108,16 +110,22 @@ def draft_visibility(parents: list[int], side_visible: torch.Tensor | None = Non
     return visible
 
 
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """A boolean visibility [..., S, K] as the additive mask attention takes, with a head axis: [..., 1, S, K] for
+    [B, S, K] input, [1, 1, S, K] for [S, K]. 0 where visible, dtype-min elsewhere (eager attention misreads bools)."""
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    mask = mask[:, None] if mask.dim() == 3 else mask[None, None]
+    return mask.to(device)
+
+
 def tree_attention_mask(
     parents: list[int], past_len: int, dtype: torch.dtype, device, side_visible: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Additive mask [1, 1, S, past_len + S] (S = 1 + n + m): 0 where visible, dtype-min elsewhere (eager misreads
-    bools)."""
+    """Additive mask [1, 1, S, past_len + S] (S = 1 + n + m) over the cache and the draft."""
     block = draft_visibility(parents, side_visible)
     visible = torch.cat([torch.ones(block.shape[0], past_len, dtype=torch.bool), block], dim=1)
-    mask = torch.zeros(visible.shape, dtype=dtype)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
+    return additive_mask(visible, dtype, device)
 
 
 def tree_position_ids(parents: list[int], past_len: int, device, side_offsets: list[int] | None = None) -> torch.Tensor:

@@ -115,8 +115,8 @@ def verify(
     if cfg.greedy:
         return verify_greedy(draft, target_logits)
     p = logits_to_probs(target_logits, cfg)  # [1 + n, V]
-    if draft.meta.get("rule") == "typical":
-        return verify_typical(draft, p, generator, *draft.meta["typical"])
+    if draft.typical is not None:
+        return verify_typical(draft, p, generator, *draft.typical)
     if draft.sampled:
         if not draft.is_chain():
             raise ValueError("sampled drafts must be chains; trees use deterministic candidates")

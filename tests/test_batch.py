@@ -67,3 +67,28 @@ def test_batched_plain_decoding_is_one_forward_per_token(setup):
     target, _, _ = setup
     res = BatchDecoder(target, None, max_new_tokens=NEW).generate([PROMPTS[0], PROMPTS[2]])
     assert res.forwards == NEW and res.new_tokens == 2 * NEW
+
+
+@pytest.mark.parametrize("method", ["vanilla", "lookahead"])
+def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
+    """The batch streams StepEvents per row; read through the engine's statistics they give each row's tokens, its
+    step count, and (for every row) the same tau the single-prompt decoder reports for that prompt."""
+    from engine.decoder import Decoder
+    from engine.stats import RunStats
+
+    target, make, _ = setup
+    prompts = PROMPTS[:3]
+    stats = [RunStats() for _ in prompts]
+    result = None
+    for item in BatchDecoder(target, make[method], max_new_tokens=NEW, variant=method).stream(prompts):
+        if isinstance(item, tuple):
+            row, event = item
+            assert event.variant == method
+            stats[row].add(event)
+        else:
+            result = item
+    assert result is not None
+    for b, prompt in enumerate(prompts):
+        assert stats[b].tokens == result.tokens[b] and stats[b].steps == result.steps[b]
+        single = Decoder(target, make[method](), max_new_tokens=NEW).generate(prompt).summary
+        assert stats[b].tokens == single.token_ids and stats[b].tau == pytest.approx(single.mean_accepted_length)

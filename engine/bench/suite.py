@@ -12,10 +12,9 @@ from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
 from engine.decoder import Decoder
 from engine.errors import GlanceError
-from engine.metrics import DepthAcceptance
 from engine.models import LoadedModel
 from engine.sampling import SamplingConfig
-from engine.tree import node_depths
+from engine.stats import RunStats
 from engine.variants import NEEDS, DrafterOptions, build_drafter
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
@@ -68,26 +67,25 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
     decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method)
     with ModelClock(setup.timed_modules()) as clock:
         res = decoder.generate(ids)
-    s, steps = res.summary, res.events[1:]
-    depth = DepthAcceptance()
-    for e in steps:
-        depth.add(e.draft_parents, len(e.accepted_nodes))
+    s, st = res.summary, RunStats()
+    for e in res.events:
+        st.add(e)
     return {
         "tokens": res.tokens,
         "new_tokens": s.new_tokens,
         "wall_seconds": s.wall_seconds,
         "model_seconds": clock.seconds,
-        "steps": s.steps,
-        "emitted": sum(len(e.tokens) for e in steps),
-        "accepted": sum(len(e.accepted_nodes) for e in steps),
-        "proposed_depth": sum(max(node_depths(e.draft_parents), default=0) for e in steps),
-        "reached": depth.reached,
-        "accepted_by_depth": depth.accepted,
-        "draft_seconds": s.draft_seconds,
-        "verify_seconds": s.verify_seconds,
-        "prefill_seconds": s.prefill_seconds,
-        "verify_tokens": sum(1 + len(e.draft_tokens) + sum(map(len, e.extra.get("window", []))) for e in steps),
-        "chain": all(e.draft_parents == list(range(-1, len(e.draft_parents) - 1)) for e in steps),
+        "steps": st.steps,
+        "emitted": st.emitted,
+        "accepted": st.accepted,
+        "proposed_depth": st.proposed_depth,
+        "reached": st.by_depth.reached,
+        "accepted_by_depth": st.by_depth.accepted,
+        "draft_seconds": st.draft_seconds,
+        "verify_seconds": st.verify_seconds,
+        "prefill_seconds": st.prefill_seconds,
+        "verify_tokens": st.verify_tokens,
+        "chain": st.chain,
     }
 
 

@@ -20,9 +20,12 @@ class DecodeState:
     prompt_len: int
     sampling: SamplingConfig
     generator: torch.Generator
-    # Outputs of the target's latest forward (logits, hidden states) for drafters that read them (Medusa, EAGLE).
+    # Outputs of the target's latest forward (logits [1, S, V], hidden states) for drafters that read them.
     target_out: Any = None
-    extra: dict = field(default_factory=dict)
+    # After a verification step: the row of that forward that predicted each emitted token (0: the pending token).
+    rows: list[int] = field(default_factory=list)
+    # The side branch's rows of that forward's logits, [m, V] (lookahead's window), or None.
+    side_logits: torch.Tensor | None = None
 
 
 class Drafter:

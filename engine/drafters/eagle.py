@@ -20,7 +20,7 @@ from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.models import BUNDLED_EAGLE
-from engine.tree import Draft
+from engine.tree import Draft, additive_mask
 
 # SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
 EAGLE_25 = [
@@ -69,7 +69,7 @@ class EagleDrafter(Drafter):
         self.pending = (state.tokens[1:], feats)  # pairs (x_{i+1}, f_i)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        rows = state.extra["rows"]  # verify rows whose features predicted the emitted tokens
+        rows = state.rows  # verify rows whose features predicted the emitted tokens
         feats = state.target_out.hidden_states[-1][0, rows]  # [k, H]
         self.pending = (state.tokens[-len(rows) :], feats)
 
@@ -83,9 +83,7 @@ class EagleDrafter(Drafter):
             for slot in anc:
                 visible[r, committed + slot] = True
             visible[r, committed + fed + r] = True
-        mask = torch.zeros(visible.shape, dtype=dtype)
-        mask.masked_fill_(~visible, torch.finfo(dtype).min)
-        return mask[None, None].to(device)
+        return additive_mask(visible, dtype, device)
 
     def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask) -> torch.Tensor:
         dev = feats.device

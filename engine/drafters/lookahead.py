@@ -186,9 +186,8 @@ class LookaheadDrafter(Drafter):
             return
         if draft.tokens and accepted:
             self.hit_steps += 1
-        n1 = 1 + len(draft)
         width, levels = self.window, len(self.levels)
-        newest = state.target_out.logits[0, n1 + (levels - 1) * width : n1 + levels * width]  # [W, V]
+        newest = state.side_logits[(levels - 1) * width : levels * width]  # [W, V]: the newest level's outputs
         guesses = newest.argmax(-1).tolist()
         if levels == self.ngram - 1:  # full window: harvest one n-gram per column, then slide
             for c in range(width):

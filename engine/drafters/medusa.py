@@ -125,12 +125,11 @@ class MedusaDrafter(Drafter):
         remap = {old: new for new, old in enumerate(keep)}
         tokens = [top[len(self.paths[i]) - 1][self.paths[i][-1]] for i in keep]
         parents = [remap.get(self.parents[i], -1) for i in keep]
-        meta = {"rule": "typical", "typical": self.typical} if self.acceptance == "typical" else {}
-        return Draft(tokens, parents, meta=meta)
+        typical = self.typical if self.acceptance == "typical" else None
+        return Draft(tokens, parents, meta={"rule": "typical"} if typical else {}, typical=typical)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        rows = state.extra["rows"]  # rows of the verify forward that predicted each emitted token
-        self.hidden = state.target_out.hidden_states[-1][0, rows[-1]]
+        self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
 
     def settings(self) -> dict:
         return {

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 
 from engine.decoder import Decoder
 from engine.models import load_model
-from engine.tree import node_depths
+from engine.stats import RunStats
 
 SAMPLE_PROMPTS = [  # no trailing newline: the model writes the line break and indentation as one token
     "def fibonacci(n):",
@@ -55,7 +55,7 @@ def speculative_acceptance(
     options = DrafterOptions(gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
     tok = target.tokenizer
     eos = tok.eos_token_id
-    steps = emitted = accepted = proposed = 0
+    total = RunStats()
     mismatches = []
     by_category: dict[str, list[float]] = {}
     for rec in prompts:
@@ -65,20 +65,17 @@ def speculative_acceptance(
         sp = Decoder(target.model, drafter, max_new_tokens=max_new_tokens, eos_token_ids=eos).generate(ids)
         if sp.tokens != ar.tokens:
             mismatches.append(rec["id"])
-        s = sp.summary
-        steps += s.steps
-        emitted += sum(len(e.tokens) for e in sp.events[1:])
-        accepted += sum(len(e.accepted_nodes) for e in sp.events[1:])
-        proposed += sum(max(node_depths(e.draft_parents), default=0) for e in sp.events[1:])
-        by_category.setdefault(rec["category"], []).append(s.mean_accepted_length)
+        for e in sp.events:
+            total.add(e)
+        by_category.setdefault(rec["category"], []).append(sp.summary.mean_accepted_length)
     return {
         "method": method,
         "settings": drafter.settings(),
         "dtype": dtype,
         "prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
-        "mean_accepted_length": round(emitted / steps, 3),
-        "acceptance_rate": round(accepted / proposed, 3),
+        "mean_accepted_length": round(total.tau, 3),
+        "acceptance_rate": round(total.acceptance or 0.0, 3),
         "tau_by_category": {k: round(sum(v) / len(v), 3) for k, v in sorted(by_category.items())},
         "outputs_identical_to_plain_greedy": not mismatches,
         "mismatched_prompts": mismatches,
