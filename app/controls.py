@@ -145,7 +145,7 @@ class SettingsPanel(QGroupBox):
         self.methods: dict[str, QCheckBox] = {}
         for s in DRAFTERS:
             box = QCheckBox(s.name)
-            box.setChecked(True)
+            box.setChecked(s.in_default_race)
             box.setToolTip(f"{s.label}: {s.summary}")
             box.setStyleSheet(f"QCheckBox {{ color: {s.color} }}")
             self.methods[s.name] = box
@@ -236,6 +236,6 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.knobs.set_values({name: settings.value(f"drafters/{name}") for name in gen.knobs.widgets})
     gen.sequential.setChecked(get("sequential", False, bool))
     gen.show_rejected.setChecked(get("show_rejected", False, bool))
-    chosen = get("methods", ",".join(METHODS)).split(",")
+    chosen = get("methods", ",".join(s.name for s in DRAFTERS if s.in_default_race)).split(",")
     for m, box in gen.methods.items():
         box.setChecked(m in chosen)

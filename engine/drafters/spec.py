@@ -128,6 +128,7 @@ class DrafterSpec:
     build: Callable[[BuildContext], Drafter]
     options: type | None = None  # a dataclass of knob(...) fields; their names are unique across drafters
     part: PartSpec | None = None
+    in_default_race: bool = True  # ticked in the app's race on first launch
 
     @property
     def knobs(self) -> list[KnobField]:
