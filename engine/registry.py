@@ -3,7 +3,7 @@ here (docs/ARCHITECTURE.md, "Add a drafter"); the CLI, the app, logs and benchma
 
 from __future__ import annotations
 
-from engine.drafters import autoregressive, eagle, lookahead, medusa, vanilla
+from engine.drafters import autoregressive, eagle, lookahead, medusa, prompt_lookup, vanilla
 from engine.drafters.spec import DrafterSpec, KnobField, PartSpec
 from engine.errors import GlanceError
 
@@ -13,6 +13,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
     medusa.SPEC,
     eagle.SPEC,
     lookahead.SPEC,
+    prompt_lookup.SPEC,
 )
 
 BY_NAME: dict[str, DrafterSpec] = {s.name: s for s in DRAFTERS}
