@@ -10,12 +10,16 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 def run() -> int:
     if len(sys.argv) == 1:
         try:
-            from app.main_window import launch  # the desktop playground, once it exists
-        except ImportError:
-            from engine.cli import build_parser
+            import PySide6  # noqa: F401  (the app's one optional-looking dependency: say so if it is missing)
+        except ImportError as exc:
+            print(
+                f"glance: error: the desktop app needs PySide6 ({exc}): run `pip install -e .`, "
+                "or use the command line (`python main.py --help`)",
+                file=sys.stderr,
+            )
+            return 2
+        from app.main_window import launch  # any other import error is a bug and shows its traceback
 
-            build_parser().print_help()
-            return 0
         return launch()
     from engine.cli import main
 

@@ -37,7 +37,7 @@ class StepEvent:
 
 @dataclass
 class RunSummary:
-    """What a run produced and how it went; metric definitions follow DESIGN.md."""
+    """What a run produced and how it went (metrics as defined in docs/ARCHITECTURE.md, computed by engine/stats.py)."""
 
     run_id: str
     variant: str

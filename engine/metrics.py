@@ -1,4 +1,5 @@
-"""Acceptance by draft depth, defined once (DESIGN.md): P(accept at depth d | the step reached depth d - 1)."""
+"""Acceptance by draft depth, defined once (docs/ARCHITECTURE.md, "Metrics"): P(accept at depth d | the step
+reached depth d - 1)."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ def main() -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
-    from engine.variants import METHODS
+    from engine.registry import DRAFTERS
 
     app = QApplication.instance() or QApplication(sys.argv)
     loop = qasync.QEventLoop(app)  # the event loop the app itself runs on (main.launch)
@@ -62,7 +62,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="glance-soak-"))
     settings = QSettings(str(work / "settings.ini"), QSettings.Format.IniFormat)
     settings.setValue("max_new", args.max_new)
-    settings.setValue("methods", ",".join(METHODS))
+    settings.setValue("methods", ",".join(s.name for s in DRAFTERS if s.in_default_race))
     window = MainWindow(settings=settings, autosave_dir=work / "autosave")
     window.resize(1600, 1000)
     window.show()
@@ -81,15 +81,16 @@ async def wait(seconds: float, until=None) -> None:
 
 
 async def soak(args, app, window) -> int:
-    from engine.variants import METHODS
+    from engine.registry import DRAFTERS
 
+    lanes = sum(s.in_default_race for s in DRAFTERS)
     await wait(600, until=lambda: window.job is None)
     if window.models is None:
         print(f"load failed: {window.banner.text()}")
         return 2
     out = args.out.open("w") if args.out else None
     start, rows = time.monotonic(), []
-    print(f"soak: {args.minutes:g} min, a {len(METHODS)}-lane race of {args.max_new} tokens every {args.every:g} s")
+    print(f"soak: {args.minutes:g} min, a {lanes}-lane race of {args.max_new} tokens every {args.every:g} s")
     while time.monotonic() - start < args.minutes * 60:
         race_start = time.monotonic()
         window.race()

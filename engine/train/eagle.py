@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.heads.eagle import EagleHead
-from engine.train.heads import frozen_target, head_config, train_head
-from engine.train.medusa import text_stream
+from engine.train.heads import head_config, prepare, train_head
 
 NOISE = 0.1  # half-width of the uniform noise added to input features
 CLS_WEIGHT = 0.1
@@ -80,11 +79,8 @@ def train_eagle(
 ) -> dict:
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    loaded = frozen_target(target_path)
+    loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
-    train, held = text_stream(loaded.tokenizer, data)
-    torch.manual_seed(seed)
     head = EagleHead.for_target(target).float()
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)

@@ -23,6 +23,41 @@ def frozen_target(target_path: str):
     return loaded
 
 
+def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, held-out) token streams: the stdlib split when data is None, else a file or folder of text files
+    split 98/2 by file order."""
+    from engine.train.corpus import stdlib_corpus
+    from engine.train.demo import encode_files
+
+    if data is None:
+        corpus = stdlib_corpus()
+        return encode_files(tokenizer, corpus.train), encode_files(tokenizer, corpus.heldout)
+    path = Path(data)
+    if not path.exists():
+        from engine.errors import GlanceError
+
+        raise GlanceError(f"training data not found: {path}")
+    files = (
+        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".txt", ".md"))
+        if path.is_dir()
+        else [path]
+    )
+    cut = max(1, len(files) * 98 // 100) if len(files) > 1 else 1
+    train = encode_files(tokenizer, files[:cut])
+    held = encode_files(tokenizer, files[cut:]) if len(files) > 1 else train[-20_000:]
+    return train, held
+
+
+def prepare(target_path: str, out: Path, data: str | None, seed: int):
+    """What every head recipe starts from: the output folder, the frozen target, its training and held-out token
+    streams, and the seed set. Returns (loaded target, train ids, held-out ids)."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    loaded = frozen_target(target_path)
+    train, held = text_stream(loaded.tokenizer, data)
+    torch.manual_seed(seed)
+    return loaded, train, held
+
+
 def head_config(steps: int, batch_size: int, seq_len: int, lr: float, seed: int) -> TrainConfig:
     return TrainConfig(
         total_tokens=steps * batch_size * seq_len,

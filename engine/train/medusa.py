@@ -12,32 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.heads.medusa import MedusaHeads
-from engine.train.heads import frozen_target, head_config, train_head
-
-
-def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, held-out) token streams: the stdlib split when data is None, else a file or folder of text files
-    split 98/2 by file order."""
-    from engine.train.corpus import stdlib_corpus
-    from engine.train.demo import encode_files
-
-    if data is None:
-        corpus = stdlib_corpus()
-        return encode_files(tokenizer, corpus.train), encode_files(tokenizer, corpus.heldout)
-    path = Path(data)
-    if not path.exists():
-        from engine.errors import GlanceError
-
-        raise GlanceError(f"training data not found: {path}")
-    files = (
-        sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".txt", ".md"))
-        if path.is_dir()
-        else [path]
-    )
-    cut = max(1, len(files) * 98 // 100) if len(files) > 1 else 1
-    train = encode_files(tokenizer, files[:cut])
-    held = encode_files(tokenizer, files[cut:]) if len(files) > 1 else train[-20_000:]
-    return train, held
+from engine.train.heads import head_config, prepare, train_head
 
 
 @torch.no_grad()
@@ -100,11 +75,8 @@ def train_medusa(
 ) -> dict:
     """Train (or resume) Medusa heads for the target and save them in the published layout to `out`."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    loaded = frozen_target(target_path)
+    loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
-    train, held = text_stream(loaded.tokenizer, data)
-    torch.manual_seed(seed)
     heads = MedusaHeads.for_target(target, num_heads, num_layers, shared_lm_head, base_model=str(target_path))
     heads.float()
     opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
