@@ -12,8 +12,7 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.theme import variant_color
-from engine.events import StepEvent
-from engine.stats import RunStats
+from engine import RunStats, StepEvent
 
 CHARTS = {
     "accepted": ("Accepted length per step", "step", "tokens"),

@@ -11,9 +11,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Signal
 
 from app.worker import EngineWorker, WorkerThread
-from engine import GlanceError, StepEvent
-from engine.session import RaceSettings, Session
-from engine.session_log import SessionLogWriter
+from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, Session, SessionLogWriter, StepEvent
 
 
 class PieceDecoder:
@@ -101,7 +99,30 @@ class Controller(QObject):
 
         self._start("race", job)
 
-    def benchmark(self, job) -> None:
+    def benchmark(
+        self,
+        prompts: list[dict],
+        methods: list[str],
+        repeats: int,
+        batch_sizes: list[int] | None,
+        max_new_tokens: int,
+        options: DrafterOptions,
+        sampling: SamplingConfig,
+    ) -> None:
+        """The benchmark suite (or, with batch sizes, the sweep) on the loaded session, as a job."""
+        from engine.bench.run import run_benchmark
+        from engine.bench.suite import BenchSetup
+
+        session = self.session
+        if session is None:
+            raise GlanceError("no model is loaded: press Load first")
+        setup = BenchSetup(session.target, session.parts, options, sampling, max_new_tokens)
+
+        def job(worker: EngineWorker) -> dict:
+            return run_benchmark(
+                setup, prompts, methods, repeats, batch_sizes, worker.progress.emit, worker.cancel.is_set
+            )
+
         self._start("benchmark", job)
 
     def stop(self) -> None:

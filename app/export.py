@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from engine.errors import GlanceError
+from engine import GlanceError
 from engine.report import markdown_report, write_runs_csv, write_steps_csv
 from engine.session_log import read_session_log
 

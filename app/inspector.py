@@ -7,7 +7,7 @@ from collections.abc import Callable
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from engine.events import StepEvent
+from engine import StepEvent
 from engine.tree import node_depths
 
 

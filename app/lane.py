@@ -10,8 +10,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QVBoxLayout
 
 from app.theme import REJECTED, depth_shade, variant_color
-from engine.events import RunSummary, StepEvent
-from engine.stats import RunStats
+from engine import RunStats, RunSummary, StepEvent
 from engine.tree import node_depths
 
 

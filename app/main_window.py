@@ -36,10 +36,7 @@ from app.export import export_session
 from app.inspector import StepInspector
 from app.lane import LaneWidget
 from app.theme import app_icon, style_sheet
-from engine import GlanceError, RunSummary, SamplingConfig, read_session_log
-from engine.registry import BASELINE
-from engine.session import RaceSettings
-from engine.variants import DrafterOptions
+from engine import BASELINE, DrafterOptions, GlanceError, RaceSettings, RunSummary, SamplingConfig, read_session_log
 
 FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
@@ -271,10 +268,7 @@ class MainWindow(QMainWindow):
         """The Benchmark tab's suite or sweep on the loaded models, as a worker job."""
         if not self._ready_to_run():
             return
-        from app.controls import PROMPTS
-        from engine.bench.run import run_benchmark
-        from engine.bench.suite import BenchSetup
-        from engine.train.prompts import load_prompt_suite
+        from app.controls import load_presets
 
         try:
             sizes = self.bench.sweep_sizes()
@@ -283,22 +277,17 @@ class MainWindow(QMainWindow):
         except GlanceError as exc:
             self.show_error(str(exc))
             return
-        suite = load_prompt_suite(PROMPTS)
+        suite = load_presets()
         n = self.bench.prompts.value()
         prompts = suite[:: max(1, len(suite) // n)][:n]
         session = self.controller.session
         methods = self.bench.methods(self.available_methods(), session.parts.get("draft") is not None)
-        setup = BenchSetup(session.target, session.parts, options, sampling, self.bench.max_new.value())
-        repeats = self.bench.repeats.value()
+        b = self.bench
+        self.controller.benchmark(prompts, methods, b.repeats.value(), sizes, b.max_new.value(), options, sampling)
         self.clear_error()
         self.bench.set_running(True)
         self.tabs.setCurrentWidget(self.bench)
-
-        def job(worker) -> dict:
-            return run_benchmark(setup, prompts, methods, repeats, sizes, worker.progress.emit, worker.cancel.is_set)
-
         self._set_running("benchmark")
-        self.controller.benchmark(job)
 
     def stop(self) -> None:
         self.controller.stop()

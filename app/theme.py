@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PySide6.QtGui import QColor, QIcon
 
-from engine.registry import DRAFTERS
+from engine import DRAFTERS
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from engine.errors import GlanceError
+from engine import GlanceError
 
 
 class EngineWorker(QObject):
