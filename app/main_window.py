@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
@@ -34,11 +33,10 @@ from app.controller import Controller
 from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings, watch_changes
 from app.export import export_session
 from app.inspector import StepInspector
-from app.lane import LaneWidget
+from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
-from engine import BASELINE, DrafterOptions, GlanceError, RaceSettings, RunSummary, SamplingConfig, read_session_log
+from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, read_session_log
 
-FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
 
 
@@ -54,10 +52,6 @@ class MainWindow(QMainWindow):
             or Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "autosave"
         )
         self.controller = Controller(self.autosave_dir)
-        self.lanes: dict[str, LaneWidget] = {}
-        self.run_settings: dict = {}
-        self.replay_queue: list[tuple[float, str, object]] = []
-        self.replay_started = 0.0
 
         self.model_panel, self.prompt_panel, self.gen_panel = ModelPanel(), PromptPanel(), SettingsPanel()
         restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
@@ -92,9 +86,8 @@ class MainWindow(QMainWindow):
         left_scroll.setWidgetResizable(True)
         left_scroll.setMinimumWidth(360)
 
-        self.lane_box = QWidget()
-        self.lane_layout = QHBoxLayout(self.lane_box)
         self.charts = ChartsWidget()
+        self.race_view = RaceView(self.charts)
         self.inspector = StepInspector()
         self.tabs = QTabWidget()
         self.tabs.addTab(self.charts, "Charts")
@@ -107,7 +100,7 @@ class MainWindow(QMainWindow):
         tl.setContentsMargins(0, 0, 0, 0)
         tl.addWidget(self.banner)
         tl.addWidget(self.legend)
-        tl.addWidget(self.lane_box, 1)
+        tl.addWidget(self.race_view, 1)
         right.addWidget(top)
         right.addWidget(self.tabs)
         right.setSizes([420, 380])
@@ -121,32 +114,25 @@ class MainWindow(QMainWindow):
         self.resize(1500, 920)
 
         c = self.controller
-        c.event.connect(self._show_item)
+        c.event.connect(self.race_view.show_item)
         c.done.connect(self._on_done)
         c.failed.connect(self._on_failed)
         c.warning.connect(self.show_error)
         c.progress.connect(self.bench.on_progress)
         self.bench.runRequested.connect(self.run_benchmark)
-        # The frame timer is single-shot and armed only by arriving events: an idle window runs no timer at all.
-        self.frame = QTimer(self)
-        self.frame.setSingleShot(True)
-        self.frame.setInterval(FRAME_MS)
-        self.frame.timeout.connect(self._render_frame)
         self.settings_timer = QTimer(self)
         self.settings_timer.setSingleShot(True)
         self.settings_timer.setInterval(SETTINGS_SAVE_MS)
         self.settings_timer.timeout.connect(self.save_settings)
         watch_changes((self.model_panel, self.prompt_panel, self.gen_panel), self.settings_timer.start)
-        self.replay_timer = QTimer(self)
-        self.replay_timer.setInterval(FRAME_MS)
-        self.replay_timer.timeout.connect(self._replay_tick)
 
         self.model_panel.load.clicked.connect(self.load_models)
         self.race_button.clicked.connect(lambda: self.race())
         self.run_one_button.clicked.connect(lambda: self.race([self.gen_panel.run_one.currentText()]))
         self.stop_button.clicked.connect(self.stop)
-        self.gen_panel.show_rejected.toggled.connect(self._toggle_rejected)
-        self.charts.pointClicked.connect(self.inspect)
+        self.race_view.show_rejected = self.gen_panel.show_rejected.isChecked()
+        self.gen_panel.show_rejected.toggled.connect(self.race_view.set_show_rejected)
+        self.race_view.stepClicked.connect(self.inspect)
         self.apply_theme(self.settings.value("theme", "dark"))
         if autoload:
             self.load_models()
@@ -187,6 +173,21 @@ class MainWindow(QMainWindow):
 
     # ---- loading ----------------------------------------------------------------------------------------------
     # ---- state the tests and views read ----------------------------------------------------------------------
+    @property
+    def lanes(self) -> dict:
+        return self.race_view.lanes
+
+    @property
+    def frame(self):
+        return self.race_view.frame
+
+    @property
+    def replay_timer(self):
+        return self.race_view.replay_timer
+
+    def _render_frame(self) -> None:
+        self.race_view.render_frame()
+
     @property
     def job(self) -> str | None:
         return self.controller.job
@@ -260,8 +261,7 @@ class MainWindow(QMainWindow):
             return
         self.clear_error()
         target = self.controller.session.target
-        self.run_settings = settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")}
-        self._reset_lanes(methods)
+        self.race_view.reset(methods, settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")})
         self._set_running("race")
 
     def run_benchmark(self) -> None:
@@ -291,8 +291,7 @@ class MainWindow(QMainWindow):
 
     def stop(self) -> None:
         self.controller.stop()
-        self.replay_queue.clear()
-        self.replay_timer.stop()
+        self.race_view.stop_replay()
         self.statusBar().showMessage("stopping after the current step …")
 
     def _set_running(self, name: str) -> None:
@@ -309,18 +308,6 @@ class MainWindow(QMainWindow):
         self.bench.set_running(False)
 
     # ---- events from the worker ---------------------------------------------------------------------------------
-    def _show_item(self, lane: str, item) -> None:
-        widget = self.lanes.get(lane)
-        if widget is None:
-            return
-        if isinstance(item, RunSummary):
-            widget.set_summary(item)
-        else:
-            widget.add_event(item)
-            self.charts.add_event(lane, item)
-        if not self.frame.isActive():
-            self.frame.start()
-
     def _on_done(self, name: str, result) -> None:
         if name == "load":
             self.model_panel.info.setText(_models_info(result.describe()))
@@ -339,46 +326,9 @@ class MainWindow(QMainWindow):
             self.model_panel.info.setText("no model loaded" if not self.models else self.model_panel.info.text())
         self.show_error(message)
 
-    # ---- lanes, frames ------------------------------------------------------------------------------------------
-    def _reset_lanes(self, names: list[str]) -> None:
-        for w in self.lanes.values():
-            self.lane_layout.removeWidget(w)
-            w.deleteLater()
-        self.lanes.clear()
-        self.charts.clear()
-        for n in names:
-            lane = LaneWidget(n)
-            lane.show_rejected = self.gen_panel.show_rejected.isChecked()
-            lane.stepClicked.connect(self.inspect)
-            self.lane_layout.addWidget(lane)
-            self.lanes[n] = lane
-            self.charts.add_lane(n)
-
-    def _render_frame(self) -> None:
-        """Draw what changed since the last frame: lanes that received events (all headers when the baseline did,
-        since speedups and matches are relative to it) and the charts' changed series."""
-        baseline = self.lanes.get(BASELINE)
-        reason = self._difference_reason()
-        baseline_changed = baseline is not None and baseline.dirty
-        for lane in self.lanes.values():
-            lane.render(baseline, reason, baseline_changed)
-        self.charts.refresh()
-
-    def _difference_reason(self) -> str:
-        s = self.run_settings
-        if s.get("temperature", 0) > 0:
-            return "sampling seed: same distribution, different random draws"
-        if s.get("dtype", "float32") != "float32":
-            return f"numerics: {s.get('dtype')} rounding can flip near-ties (use float32 to compare exactly)"
-        return "a float32 greedy mismatch, which should never happen: please report it"
-
-    def _toggle_rejected(self, on: bool) -> None:
-        for lane in self.lanes.values():
-            lane.set_show_rejected(on)
-
+    # ---- inspecting ------------------------------------------------------------------------------------------
     def inspect(self, lane: str, step: int) -> None:
-        widget = self.lanes.get(lane)
-        ev = widget.event_for_step(step) if widget else None
+        ev = self.race_view.event_for(lane, step)
         if ev is None:
             return
         tok = self.models["target"].tokenizer if self.models else None
@@ -420,30 +370,15 @@ class MainWindow(QMainWindow):
             return
         self.clear_error()
         names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
-        self.run_settings = log.header.get("settings", {})
-        self._reset_lanes(names)
+        self.race_view.reset(names, log.header.get("settings", {}))
         items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]
         items += [(s.wall_seconds, s.variant, s) for s in log.summaries]
+        self.race_view.play(items, recorded_speed)
         if not recorded_speed:
-            for _, lane, item in items:
-                self._show_item(lane, item)
-            self._render_frame()
             self.statusBar().showMessage(
                 f"opened {path.name}: {len(log.steps)} steps"
                 + (" (the file ends in a cut line)" if log.truncated else "")
             )
-            return
-        self.replay_queue = sorted(items, key=lambda x: x[0])
-        self.replay_started = time.perf_counter()
-        self.replay_timer.start()
-
-    def _replay_tick(self) -> None:
-        elapsed = time.perf_counter() - self.replay_started
-        while self.replay_queue and self.replay_queue[0][0] <= elapsed:
-            _, lane, item = self.replay_queue.pop(0)
-            self._show_item(lane, item)
-        if not self.replay_queue:
-            self.replay_timer.stop()
 
     # ---- shutdown ---------------------------------------------------------------------------------------------
     def save_settings(self) -> None:
@@ -453,8 +388,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
         self.settings_timer.stop()
         self.save_settings()
-        self.frame.stop()
-        self.replay_timer.stop()
+        self.race_view.stop()
         self.controller.close()
         super().closeEvent(event)
 

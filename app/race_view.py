@@ -1,0 +1,122 @@
+"""The race as it is seen: one lane per variant side by side, fed by events, repainted at most once a frame and only
+where something changed; also plays a saved run back, instantly or on its recorded clocks."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QWidget
+
+from app.charts import ChartsWidget
+from app.lane import LaneWidget
+from engine import BASELINE, RunSummary, StepEvent
+
+FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
+
+
+class RaceView(QWidget):
+    stepClicked = Signal(str, int)  # lane, step: a token or a chart point was clicked
+
+    def __init__(self, charts: ChartsWidget) -> None:
+        super().__init__()
+        self.charts = charts
+        self.layout_ = QHBoxLayout(self)
+        self.lanes: dict[str, LaneWidget] = {}
+        self.settings: dict = {}  # the run's settings (sampling, dtype): why lanes may differ from the baseline
+        self.show_rejected = False
+        # Single-shot and armed only by arriving events: an idle window runs no timer at all.
+        self.frame = QTimer(self)
+        self.frame.setSingleShot(True)
+        self.frame.setInterval(FRAME_MS)
+        self.frame.timeout.connect(self.render_frame)
+        self.replay_queue: list[tuple[float, str, StepEvent | RunSummary]] = []
+        self.replay_started = 0.0
+        self.replay_timer = QTimer(self)
+        self.replay_timer.setInterval(FRAME_MS)
+        self.replay_timer.timeout.connect(self._replay_tick)
+        charts.pointClicked.connect(self.stepClicked)
+
+    def reset(self, names: list[str], settings: dict) -> None:
+        """Fresh lanes and chart series for a new run."""
+        self.stop_replay()
+        for w in self.lanes.values():
+            self.layout_.removeWidget(w)
+            w.deleteLater()
+        self.lanes.clear()
+        self.charts.clear()
+        self.settings = settings
+        for n in names:
+            lane = LaneWidget(n)
+            lane.show_rejected = self.show_rejected
+            lane.stepClicked.connect(self.stepClicked)
+            self.layout_.addWidget(lane)
+            self.lanes[n] = lane
+            self.charts.add_lane(n)
+
+    def show_item(self, lane: str, item: StepEvent | RunSummary) -> None:
+        widget = self.lanes.get(lane)
+        if widget is None:
+            return
+        if isinstance(item, RunSummary):
+            widget.set_summary(item)
+        else:
+            widget.add_event(item)
+            self.charts.add_event(lane, item)
+        if not self.frame.isActive():
+            self.frame.start()
+
+    def render_frame(self) -> None:
+        """Draw what changed since the last frame: lanes that received events (all headers when the baseline did,
+        since speedups and matches are relative to it) and the charts' changed series."""
+        baseline = self.lanes.get(BASELINE)
+        reason = self.difference_reason()
+        baseline_changed = baseline is not None and baseline.dirty
+        for lane in self.lanes.values():
+            lane.render(baseline, reason, baseline_changed)
+        self.charts.refresh()
+
+    def difference_reason(self) -> str:
+        s = self.settings
+        if s.get("temperature", 0) > 0:
+            return "sampling seed: same distribution, different random draws"
+        if s.get("dtype", "float32") != "float32":
+            return f"numerics: {s.get('dtype')} rounding can flip near-ties (use float32 to compare exactly)"
+        return "a float32 greedy mismatch, which should never happen: please report it"
+
+    def set_show_rejected(self, on: bool) -> None:
+        self.show_rejected = on
+        for lane in self.lanes.values():
+            lane.set_show_rejected(on)
+
+    def event_for(self, lane: str, step: int) -> StepEvent | None:
+        widget = self.lanes.get(lane)
+        return widget.event_for_step(step) if widget else None
+
+    # ---- playback of a saved run ----------------------------------------------------------------------------
+    def play(self, items: list[tuple[float, str, StepEvent | RunSummary]], recorded_speed: bool) -> None:
+        """Show (clock, lane, item) records: all at once, or each when its lane's recorded clock comes round."""
+        if not recorded_speed:
+            for _, lane, item in items:
+                self.show_item(lane, item)
+            self.render_frame()
+            return
+        self.replay_queue = sorted(items, key=lambda x: x[0])
+        self.replay_started = time.perf_counter()
+        self.replay_timer.start()
+
+    def stop_replay(self) -> None:
+        self.replay_queue.clear()
+        self.replay_timer.stop()
+
+    def _replay_tick(self) -> None:
+        elapsed = time.perf_counter() - self.replay_started
+        while self.replay_queue and self.replay_queue[0][0] <= elapsed:
+            _, lane, item = self.replay_queue.pop(0)
+            self.show_item(lane, item)
+        if not self.replay_queue:
+            self.replay_timer.stop()
+
+    def stop(self) -> None:
+        self.frame.stop()
+        self.stop_replay()
