@@ -8,7 +8,7 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from engine import StepEvent
-from engine.tree import node_depths
+from engine.tree import is_chain, node_depths
 
 
 class StepInspector(QWidget):
@@ -28,11 +28,7 @@ class StepInspector(QWidget):
     def show_step(self, lane: str, ev: StepEvent, decode: Callable[[int], str]) -> None:
         self.shown = (lane, ev.step)
         self.tree.clear()
-        kind = (
-            "prefill"
-            if ev.step == 0
-            else ("tree" if any(p != i - 1 for i, p in enumerate(ev.draft_parents)) else "chain")
-        )
+        kind = "prefill" if ev.step == 0 else ("chain" if is_chain(ev.draft_parents) else "tree")
         self.title.setText(
             f"{lane} · step {ev.step} · {kind} of {len(ev.draft_tokens)} draft tokens · "
             f"accepted {len(ev.accepted_nodes)} · emitted {len(ev.tokens)} · "

@@ -14,12 +14,7 @@ from dataclasses import dataclass, field
 
 from engine.events import StepEvent
 from engine.metrics import DepthAcceptance
-from engine.tree import node_depths
-
-
-def is_chain(parents: list[int]) -> bool:
-    """True when node i's parent is node i - 1 (a chain; the empty draft is one too)."""
-    return parents == list(range(-1, len(parents) - 1))
+from engine.tree import is_chain, node_depths
 
 
 @dataclass

@@ -72,7 +72,12 @@ class Draft:
         return path[::-1]
 
     def is_chain(self) -> bool:
-        return self.parents == list(range(-1, len(self.tokens) - 1))
+        return is_chain(self.parents)
+
+
+def is_chain(parents: list[int]) -> bool:
+    """True when node i's parent is node i - 1 (a chain; the empty draft is one too)."""
+    return parents == list(range(-1, len(parents) - 1))
 
 
 def node_depths(parents: list[int]) -> list[int]:

@@ -138,9 +138,6 @@ class LookaheadDrafter(Drafter):
         self.pool = NgramPool(self.pool_capacity)
         self.levels: list[list[int]] = []
         self.layout: dict[int, tuple[list[int], torch.Tensor]] = {}
-        self.guess_steps = 0  # steps that verified at least one n-gram
-        self.hit_steps = 0  # ... of which at least one token was accepted
-        self.verify_steps = 0
         self._fed = 0  # committed tokens already fed to the pool
 
     def begin(self, state: DecodeState) -> None:
@@ -170,9 +167,6 @@ class LookaheadDrafter(Drafter):
         if levels not in self.layout:
             self.layout[levels] = window_layout(levels, self.window)
         offsets, visible = self.layout[levels]
-        self.verify_steps += 1
-        if conts:
-            self.guess_steps += 1
         meta = {
             "window": [list(level) for level in self.levels],
             "ngrams": [[state.tokens[-1], *c] for c in conts],
@@ -184,8 +178,6 @@ class LookaheadDrafter(Drafter):
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         if not draft.side_tokens:
             return
-        if draft.tokens and accepted:
-            self.hit_steps += 1
         width, levels = self.window, len(self.levels)
         newest = state.side_logits[(levels - 1) * width : levels * width]  # [W, V]: the newest level's outputs
         guesses = newest.argmax(-1).tolist()
@@ -202,13 +194,6 @@ class LookaheadDrafter(Drafter):
                     self.pool.touch(gram[0], tuple(gram[1:]))
         self._feed_context(state)
 
-    def stats(self) -> dict:
-        return {
-            "pool_size": len(self.pool),
-            "hit_rate": self.hit_steps / self.guess_steps if self.guess_steps else 0.0,
-            "guess_rate": self.guess_steps / self.verify_steps if self.verify_steps else 0.0,
-        }
-
     def settings(self) -> dict:
         return {
             "window": self.window,
@@ -216,7 +201,7 @@ class LookaheadDrafter(Drafter):
             "guesses": self.guesses,
             "pool_capacity": self.pool_capacity,
             "context_ngrams": self.context_ngrams,
-            **{k: round(v, 4) if isinstance(v, float) else v for k, v in self.stats().items()},
+            "pool_size": len(self.pool),  # hit and guess rates: engine/stats.py, from the step events
         }
 
 
