@@ -152,5 +152,13 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
             f"the draft '{draft.name}' does not share the target's vocabulary ({len(dv)} vs {len(tv)} tokens, "
             f"{only_t} target entries differ): pick a draft trained with the target's tokenizer"
         )
-    if draft.vocab_size < len(dv):
-        raise GlanceError(f"the draft '{draft.name}' outputs {draft.vocab_size} logits for {len(dv)} tokens")
+    # The draft must read every token the target can emit: its embedding covers the target's logits, or at least
+    # every id the tokenizer has (LM heads padded past the tokenizer, as Qwen2.5's, never emit the padding rows).
+    # Its own logits are padded or cut to the target's width by the vanilla drafter.
+    readable = int(draft.model.get_input_embeddings().weight.shape[0])
+    needed = min(target.vocab_size, len(target.tokenizer))
+    if readable < needed:
+        raise GlanceError(
+            f"the draft '{draft.name}' reads {readable} token ids but the target can emit {needed}: "
+            "pick a draft with the target's full vocabulary"
+        )

@@ -134,8 +134,10 @@ def test_mismatched_heads_fail_clearly(tmp_path):
         load_medusa_heads(tmp_path, wide)
     with pytest.raises(GlanceError, match="not found"):
         load_medusa_heads(tmp_path / "nope", small)
-    with pytest.raises(GlanceError, match="heads"):
-        MedusaDrafter(load_medusa_heads(tmp_path, small), "chain_4")  # 4 deep, 2 heads
+    with pytest.raises(GlanceError, match="2 heads"):  # a tree the user spelled out: 4 deep, 2 heads
+        MedusaDrafter(load_medusa_heads(tmp_path, small), "[[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]")
+    trimmed = MedusaDrafter(load_medusa_heads(tmp_path, small), "chain_4")  # a named preset adapts instead
+    assert trimmed.paths == [(0,), (0, 0)] and "trimmed to 2 heads" in trimmed.settings()["tree"]
 
 
 def test_tree_parsing():

@@ -95,11 +95,18 @@ class MedusaDrafter(Drafter):
         if acceptance not in ("greedy", "exact", "typical"):
             raise GlanceError(f"unknown acceptance '{acceptance}': use greedy, exact or typical")
         self.heads = heads
-        self.tree_name = tree if isinstance(tree, str) else "custom"
+        self.tree_name = tree if isinstance(tree, str) and tree in TREES else "custom"
         self.paths = parse_tree(tree)
         depth = max(len(p) for p in self.paths)
-        if depth > heads.num_heads:
-            raise GlanceError(f"the Medusa tree is {depth} deep but the checkpoint has {heads.num_heads} heads")
+        if depth > heads.num_heads and self.tree_name != "custom":
+            # A named tree is a preset: keep the paths the heads can fill (parents are shorter, so they stay too).
+            self.paths = [p for p in self.paths if len(p) <= heads.num_heads]
+            self.tree_name = f"{self.tree_name} trimmed to {heads.num_heads} heads"
+        elif depth > heads.num_heads:
+            raise GlanceError(
+                f"the Medusa tree is {depth} deep but the checkpoint has {heads.num_heads} heads: "
+                f"give a tree at most {heads.num_heads} deep, or a named one (trimmed to the heads)"
+            )
         self.topk = max(max(p) for p in self.paths) + 1
         index = {p: i for i, p in enumerate(self.paths)}
         self.parents = [index[p[:-1]] if len(p) > 1 else -1 for p in self.paths]
