@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import DynamicCache
 
-from engine.cache import gather_rows
+from engine.cache import check_window, gather_rows, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import StepEvent
@@ -127,7 +126,10 @@ class BatchDecoder:
         hidden = drafters[0].needs_hidden_states
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
         run_ids = [uuid.uuid4().hex[:12] for _ in range(B)]
-        cache = DynamicCache(config=self.target.config)
+        longest = max(len(p) for p in prompts) + self.max_new_tokens
+        check_window(self.target.config, longest + drafters[0].extra_positions)
+        drafters[0].check_context(longest)
+        cache = new_cache(self.target.config)
         sync(self.device)
         t0 = time.perf_counter()
 

@@ -12,6 +12,36 @@ import torch
 from engine.errors import GlanceError
 
 
+def sliding_window(config) -> int | None:
+    """The model's attention window when some of its layers slide (Mistral, Gemma 2/3), else None."""
+    if getattr(config, "use_sliding_window", True) is False:  # Qwen2 carries a window it does not use
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None and "sliding_attention" not in layer_types:
+        return None
+    window = getattr(config, "sliding_window", None)
+    return int(window) if window else None
+
+
+def new_cache(config):
+    """An empty cache whose every layer Glance can crop and compact. Sliding-window layers are created as full ones:
+    while the sequence stays within the window (`check_window`), a full cache attends exactly as a sliding one."""
+    from transformers import DynamicCache
+
+    return DynamicCache() if sliding_window(config) else DynamicCache(config=config)
+
+
+def check_window(config, positions: int, who: str = "the target") -> None:
+    """Refuse a run that would reach past a sliding attention window: Glance's caches do not slide."""
+    window = sliding_window(config)
+    if window is not None and positions > window:
+        raise GlanceError(
+            f"{who} attends through a sliding window of {window} tokens and this run needs {positions} positions "
+            "(prompt + new tokens + drafting): Glance's editable caches cannot slide, so keep the run within the "
+            "window (fewer new tokens or a shorter prompt)"
+        )
+
+
 def _editable_layers(cache) -> list:
     from transformers.cache_utils import DynamicLayer
 

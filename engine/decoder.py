@@ -14,9 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from engine.cache import cache_length, compact_tail
+from engine.cache import cache_length, check_window, compact_tail, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
@@ -103,7 +102,9 @@ class Decoder:
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
         drafter.reset()
-        cache = DynamicCache(config=self.target.config)
+        check_window(self.target.config, len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)
+        self.drafter.check_context(len(prompt_ids) + self.max_new_tokens)
+        cache = new_cache(self.target.config)
         state = DecodeState(list(prompt_ids), len(prompt_ids), self.sampling, gen)
         new: list[int] = []
         steps = forwards = 0

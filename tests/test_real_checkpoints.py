@@ -9,10 +9,15 @@ import pytest
 import torch
 
 from engine.decoder import Decoder
+from engine.drafters.eagle import EagleDrafter
+from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import TREES, MedusaDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
-from tests.conftest import VOCAB
+from tests.conftest import VOCAB, perturbed_copy
+from tests.test_eagle import random_head
+from tests.test_lookahead import LOOPY
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_medusa import random_heads
 
@@ -81,3 +86,95 @@ def test_target_and_draft_with_different_lm_head_widths_race_losslessly(target_e
     for prompt in PROMPTS:
         drafter = VanillaDrafter(draft, gamma=3, target_vocab=VOCAB + target_extra)
         assert Decoder(target, drafter, max_new_tokens=NEW).generate(prompt).tokens == reference(target, prompt)
+
+
+def arch_config(arch: str, window: int = 96):
+    """Tiny configs of the architectures people bring, with their distinguishing features switched on."""
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    llama_like = dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        **common,
+    )
+    if arch == "qwen3":
+        return tf.Qwen3Config(head_dim=16, **llama_like)
+    if arch == "mistral":  # a sliding window that the runs stay within (test_sliding_windows_... goes past it)
+        return tf.MistralConfig(sliding_window=window, **llama_like)
+    if arch == "gemma2":  # logit soft-capping, tied embeddings, alternating sliding and global layers
+        return tf.Gemma2Config(
+            head_dim=16,
+            sliding_window=window,
+            final_logit_softcapping=30.0,
+            attn_logit_softcapping=50.0,
+            tie_word_embeddings=True,
+            **llama_like,
+        )
+    if arch == "phi3":
+        return tf.Phi3Config(**llama_like)
+    if arch == "gpt_neox":
+        return tf.GPTNeoXConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            **common,
+        )
+    if arch == "olmo2":
+        return tf.Olmo2Config(**llama_like)
+    raise ValueError(arch)
+
+
+NEW_ARCHS = ["qwen3", "mistral", "gemma2", "phi3", "gpt_neox", "olmo2"]
+
+
+def arch_model(arch: str, seed: int = 0, window: int = 96) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    try:  # as engine.models.load_model does: sdpa where supported, eager otherwise (Gemma 2)
+        model = AutoModelForCausalLM.from_config(arch_config(arch, window), attn_implementation="sdpa").eval()
+    except ValueError:
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(arch_config(arch, window), attn_implementation="eager").eval()
+    head = model.get_output_embeddings()
+    if not model.config.tie_word_embeddings:  # peaked distributions, so drafts get accepted
+        head.weight = torch.nn.Parameter(head.weight.detach().clone() * 4.0)
+    return model
+
+
+@pytest.mark.parametrize("arch", NEW_ARCHS)
+def test_every_variant_is_lossless_on_the_architectures_people_bring(arch):
+    target = arch_model(arch)
+    draft = perturbed_copy(target, 0.3)
+    heads, head = random_heads(target), random_head(target)
+    makers = {
+        "ar": lambda: None,
+        "vanilla": lambda: VanillaDrafter(draft, gamma=3),
+        "medusa": lambda: MedusaDrafter(heads, "cpu_16"),
+        "eagle": lambda: EagleDrafter(head, top_k=3, depth=3, total_tokens=8),
+        "lookahead": lambda: LookaheadDrafter(window=3, ngram=3, guesses=3),
+        "prompt_lookup": lambda: PromptLookupDrafter(3, 6),
+    }
+    for prompt in PROMPTS + [LOOPY]:
+        ref = reference(target, prompt)
+        for method, make in makers.items():
+            out = Decoder(target, make(), max_new_tokens=NEW).generate(prompt).tokens
+            assert out == ref, (arch, method, prompt)
+
+
+@pytest.mark.parametrize("arch", ["mistral", "gemma2"])
+def test_a_run_past_a_sliding_window_is_refused_before_it_starts(arch):
+    target = arch_model(arch, window=16)
+    decoder = Decoder(target, LookaheadDrafter(window=3, ngram=3, guesses=3), max_new_tokens=NEW)
+    with pytest.raises(GlanceError, match="sliding window of 16 tokens"):
+        next(decoder.stream([1, 2, 3]))
+    draft = VanillaDrafter(arch_model(arch, seed=1, window=16), gamma=3)
+    with pytest.raises(GlanceError, match="the draft model attends through a sliding window"):
+        next(Decoder(arch_model(arch, window=4096), draft, max_new_tokens=8).stream([1, 2, 3]))

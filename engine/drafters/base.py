@@ -34,6 +34,7 @@ class Drafter:
     name = "ar"
     approximate = False  # True when its acceptance rule is not exact
     needs_hidden_states = False  # ask the target forward for hidden states
+    extra_positions = 0  # positions past the committed text a step may use (lookahead's window)
 
     def begin(self, state: DecodeState) -> None:
         """Called once after prefill."""
@@ -44,6 +45,9 @@ class Drafter:
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Called after verification; `state.tokens` already holds the accepted path and the bonus token."""
+
+    def check_context(self, positions: int) -> None:
+        """Raise GlanceError when a run of `positions` tokens is more than the drafter's own model can take."""
 
     def reset(self) -> None:
         """Forget everything from the previous run."""

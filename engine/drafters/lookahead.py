@@ -129,6 +129,7 @@ class LookaheadDrafter(Drafter):
         if pool_capacity < 1:
             raise GlanceError(f"the n-gram pool capacity must be at least 1 (got {pool_capacity})")
         self.window, self.ngram, self.guesses = window, ngram, guesses
+        self.extra_positions = window + ngram  # the window's tokens sit up to W + N - 2 past the pending one
         self.pool_capacity = pool_capacity
         self.context_ngrams = context_ngrams
         self.seed = seed

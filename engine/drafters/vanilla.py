@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
 
-from engine.cache import cache_length, crop
+from engine.cache import cache_length, check_window, crop, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
@@ -62,7 +61,10 @@ class VanillaDrafter(Drafter):
 
     def begin(self, state: DecodeState) -> None:
         self.reset()
-        self.cache = DynamicCache(config=self.model.config)
+        self.cache = new_cache(self.model.config)
+
+    def check_context(self, positions: int) -> None:
+        check_window(self.model.config, positions + self.max_gamma, "the draft model")
 
     def _step(self, new_tokens: list[int]) -> torch.Tensor:
         """Feed tokens the draft has not seen; return the logits [V] after the last one."""
