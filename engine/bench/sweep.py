@@ -27,8 +27,7 @@ def run_sweep(
     if not batch_sizes or min(batch_sizes) < 1:
         raise GlanceError("batch sizes must be positive integers, e.g. --batch-sizes 1,2,4,8")
     methods = ["ar"] + [m for m in methods if m != "ar" and not m.startswith("hf_")]
-    tok = setup.target.tokenizer
-    encoded = [tok(p["prompt"])["input_ids"] for p in prompts]
+    encoded = [setup.encode(p["prompt"]) for p in prompts]
     if not encoded:
         raise GlanceError("the sweep has no prompts")
 

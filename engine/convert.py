@@ -1,0 +1,55 @@
+"""`python main.py convert FILE.gguf --out DIR`: dequantise a GGUF model once into an ordinary Hugging Face folder
+(safetensors, config, generation config, tokenizer), so later loads take seconds instead of a dequantisation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from engine.errors import GlanceError
+
+
+def plain_copy(model):
+    """The same weights in a model transformers will save: a GGUF load is marked quantised (it refuses to
+    serialise) although its weights are plain tensors after dequantisation."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(model.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    clean = AutoModelForCausalLM.from_config(config, dtype=next(model.parameters()).dtype)
+    clean.load_state_dict(model.state_dict())
+    clean.generation_config = model.generation_config
+    return clean
+
+
+def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32", log=print) -> Path:
+    """Write the model and tokenizer in `gguf` to `out`; written to a temporary folder first and moved into place,
+    so an interrupted or failed conversion (a full disk) never leaves a half folder that looks like a model."""
+    from engine.models import load_model
+
+    out = Path(out)
+    if (out / "config.json").exists():
+        raise GlanceError(f"{out} already holds a model: choose another --out or remove it")
+    loaded = load_model(gguf, device="cpu", dtype=dtype)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".glance-convert-", dir=out.parent))
+    try:
+        log(f"writing {loaded.parameters / 1e6:.0f}M parameters ({dtype}) ...")
+        plain_copy(loaded.model).save_pretrained(tmp, safe_serialization=True)
+        loaded.tokenizer.save_pretrained(tmp)
+        if out.exists():
+            out.rmdir()  # an empty folder the user made for it
+        tmp.rename(out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise GlanceError(f"cannot write the converted model to {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    log(f"wrote {out}")
+    return out
