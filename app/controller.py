@@ -108,6 +108,7 @@ class Controller(QObject):
         max_new_tokens: int,
         options: DrafterOptions,
         sampling: SamplingConfig,
+        chat: bool = False,
     ) -> None:
         """The benchmark suite (or, with batch sizes, the sweep) on the loaded session, as a job."""
         from engine.bench.run import run_benchmark
@@ -116,7 +117,7 @@ class Controller(QObject):
         session = self.session
         if session is None:
             raise GlanceError("no model is loaded: press Load first")
-        setup = BenchSetup(session.target, session.parts, options, sampling, max_new_tokens)
+        setup = BenchSetup(session.target, session.parts, options, sampling, max_new_tokens, chat=chat)
 
         def job(worker: EngineWorker) -> dict:
             return run_benchmark(

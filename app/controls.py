@@ -17,37 +17,60 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QMenu,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app.knobs import DrafterKnobs
 from app.theme import RESOURCES
+from engine.catalog import installed
 from engine.registry import DRAFTERS, METHODS, parts
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
 DEFAULT_PROMPT = "def fibonacci(n):"
 
 
-def _path_row(edit: QLineEdit, parent: QWidget) -> QWidget:
+def _path_row(edit: QLineEdit, parent: QWidget, models: bool = False) -> QWidget:
+    """The field and a "…" menu: a model folder, a GGUF file, and (for models) every installed catalog model."""
     row = QWidget()
     lay = QHBoxLayout(row)
     lay.setContentsMargins(0, 0, 0, 0)
     lay.addWidget(edit, 1)
-    browse = QPushButton("…")
-    browse.setFixedWidth(28)
-    browse.setToolTip("choose a local model folder")
+    browse = QToolButton()
+    browse.setText("…")
+    browse.setToolTip("choose a model folder, a .gguf file or an installed model")
+    browse.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+    menu = QMenu(browse)
 
-    def pick() -> None:
+    def pick_folder() -> None:
         folder = QFileDialog.getExistingDirectory(parent, "Model folder", edit.text() or str(Path.home()))
         if folder:
             edit.setText(folder)
 
-    browse.clicked.connect(pick)
+    def pick_gguf() -> None:
+        path, _ = QFileDialog.getOpenFileName(parent, "GGUF file", str(Path.home()), "GGUF models (*.gguf)")
+        if path:
+            edit.setText(path)
+
+    def fill() -> None:  # installed models can change while the window is open: list them when the menu opens
+        menu.clear()
+        menu.addAction("Model folder…", pick_folder)
+        menu.addAction("GGUF file…", pick_gguf)
+        if models:
+            menu.addSeparator()
+            menu.addAction("bundled demo model", lambda: edit.setText(""))
+            for name in installed():
+                menu.addAction(name, lambda n=name: edit.setText(n))
+
+    menu.aboutToShow.connect(fill)
+    fill()
+    browse.setMenu(menu)
     lay.addWidget(browse)
     return row
 
@@ -67,7 +90,7 @@ class ModelPanel(QGroupBox):
     def __init__(self) -> None:
         super().__init__("Models")
         self.target = QLineEdit()
-        self.target.setPlaceholderText("bundled demo target (or a folder / hub id)")
+        self.target.setPlaceholderText("bundled demo target (or a folder, .gguf file, hub id or installed model)")
         self.parts: dict[str, QLineEdit] = {}
         for part in parts():
             edit = QLineEdit()
@@ -88,7 +111,7 @@ class ModelPanel(QGroupBox):
         self.info = QLabel("no model loaded")
         self.info.setWordWrap(True)
         form = QFormLayout(self)
-        form.addRow("target", _path_row(self.target, self))
+        form.addRow("target", _path_row(self.target, self, models=True))
         for key, edit in self.parts.items():
             form.addRow(key, _path_row(edit, self))
         form.addRow("device", self.device)
@@ -114,10 +137,22 @@ class PromptPanel(QGroupBox):
             self.presets.addItem(f"{rec['category']} · {rec['id']}", rec["prompt"])
         self.text = QPlainTextEdit(DEFAULT_PROMPT)
         self.text.setMinimumHeight(90)
+        self.chat = QCheckBox("send as a chat message (the model's chat template)")
+        self.chat.setToolTip("only for models whose tokenizer has a chat template; generation stops at its end of turn")
+        self.chat.setEnabled(False)
         self.presets.currentIndexChanged.connect(self._preset)
         lay = QVBoxLayout(self)
         lay.addWidget(self.presets)
         lay.addWidget(self.text)
+        lay.addWidget(self.chat)
+
+    def set_chat_available(self, available: bool) -> None:
+        """A model loaded: chat is offered, and on by default, exactly when its tokenizer has a template."""
+        self.chat.setEnabled(available)
+        self.chat.setChecked(available)
+
+    def chat_wanted(self) -> bool:
+        return self.chat.isEnabled() and self.chat.isChecked()
 
     def _preset(self, index: int) -> None:
         prompt = self.presets.itemData(index)

@@ -253,7 +253,12 @@ class MainWindow(QMainWindow):
         g = self.gen_panel
         try:
             settings = RaceSettings(
-                methods, g.max_new.value(), self._sampling(), self._drafter_options(), not g.sequential.isChecked()
+                methods,
+                g.max_new.value(),
+                self._sampling(),
+                self._drafter_options(),
+                not g.sequential.isChecked(),
+                chat=self.prompt_panel.chat_wanted(),
             )
             self.controller.race(self.prompt_panel.text.toPlainText(), settings)
         except GlanceError as exc:
@@ -283,7 +288,10 @@ class MainWindow(QMainWindow):
         session = self.controller.session
         methods = self.bench.methods(self.available_methods(), session.parts.get("draft") is not None)
         b = self.bench
-        self.controller.benchmark(prompts, methods, b.repeats.value(), sizes, b.max_new.value(), options, sampling)
+        chat = self.prompt_panel.chat_wanted()
+        self.controller.benchmark(
+            prompts, methods, b.repeats.value(), sizes, b.max_new.value(), options, sampling, chat
+        )
         self.clear_error()
         self.bench.set_running(True)
         self.tabs.setCurrentWidget(self.bench)
@@ -311,6 +319,7 @@ class MainWindow(QMainWindow):
     def _on_done(self, name: str, result) -> None:
         if name == "load":
             self.model_panel.info.setText(_models_info(result.describe()))
+            self.prompt_panel.set_chat_available(result.has_chat_template)
             self.statusBar().showMessage("models loaded")
         elif name == "benchmark":
             self.bench.show_results(result)

