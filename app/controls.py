@@ -94,8 +94,8 @@ class ModelPanel(QGroupBox):
         self.parts: dict[str, QLineEdit] = {}
         for part in parts():
             edit = QLineEdit()
-            bundled = f"bundled {part.key}" if part.bundled is not None else "none"
-            edit.setPlaceholderText(f"{bundled} (or a folder{' / hub id' if part.key == 'draft' else ''}; empty: none)")
+            empty = "the bundled one with the demo target, else none" if part.bundled is not None else "none"
+            edit.setPlaceholderText(f"a folder{' / .gguf / hub id' if part.key == 'draft' else ''} (empty: {empty})")
             edit.setToolTip(part.help)
             self.parts[part.key] = edit
             setattr(self, part.key, edit)  # model_panel.draft, .medusa, ...

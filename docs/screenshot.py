@@ -2,6 +2,7 @@
 step and a lookahead step), and the Benchmark tab showing the batch sweep of docs/bench-sweep/results.json.
 
 QT_QPA_PLATFORM=offscreen python docs/screenshot.py
+QT_QPA_PLATFORM=offscreen python docs/screenshot.py --real   # race_smollm2.png: SmolLM2 with a chat prompt
 """
 
 import os
@@ -21,7 +22,39 @@ from app.main_window import MainWindow  # noqa: E402
 PROMPT = 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):'
 
 
+REAL_PROMPT = "Explain in two sentences why the sky is blue."
+
+
+def real() -> None:
+    """A race on SmolLM2-135M-Instruct (python main.py models install smollm2) with a chat prompt."""
+    app = QApplication([])
+    tmp = Path(tempfile.mkdtemp())
+    settings = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
+    settings.setValue("target", "SmolLM2-135M-Instruct")
+    settings.setValue("max_new", 64)
+    settings.setValue("dtype", "bfloat16")
+    settings.setValue("prompt", REAL_PROMPT)
+    settings.setValue("methods", "ar,lookahead,prompt_lookup")
+    win = MainWindow(settings=settings, autosave_dir=tmp)
+    win.resize(1600, 1000)
+    win.show()
+    end = time.time() + 300
+    while win.job is not None and time.time() < end:
+        app.processEvents()
+        time.sleep(0.01)
+    win.race()
+    while win.job is not None and time.time() < end + 300:
+        app.processEvents()
+        time.sleep(0.01)
+    win._render_frame()
+    app.processEvents()
+    win.grab().save(str(Path(__file__).resolve().parent / "race_smollm2.png"))
+    win.close()
+
+
 def main() -> None:
+    if "--real" in sys.argv:
+        return real()
     app = QApplication([])
     tmp = Path(tempfile.mkdtemp())
     settings = QSettings(str(tmp / "s.ini"), QSettings.Format.IniFormat)
