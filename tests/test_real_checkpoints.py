@@ -23,11 +23,13 @@ from tests.test_medusa import random_heads
 
 
 @pytest.mark.parametrize("num_heads", [3, 4, 5])
-def test_default_medusa_tree_adapts_to_the_heads_present(num_heads):
+def test_default_medusa_tree_adapts_to_the_heads_present(num_heads, tmp_path):
+    from engine.heads.medusa import load_medusa_heads
     from tests.conftest import tiny_model
 
     target = tiny_model("llama", seed=0, sharpen=4.0)
-    heads = random_heads(target, k=num_heads)
+    random_heads(target, k=num_heads).save(tmp_path)  # the published FasterDecoding layout
+    heads = load_medusa_heads(tmp_path, target)
     drafter = MedusaDrafter(heads)  # the default tree, 4 deep
     assert max(len(p) for p in drafter.paths) == min(4, num_heads)
     assert drafter.settings()["tree_nodes"] == len(drafter.paths)
