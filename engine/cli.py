@@ -321,7 +321,8 @@ def cmd_convert(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from engine.catalog import CATALOG, install, installed
+    from engine.catalog import CATALOG, installed
+    from engine.convert import install
 
     if args.action == "install":
         folder = install(args.name, log=lambda m: print(m, file=sys.stderr))

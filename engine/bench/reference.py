@@ -39,7 +39,7 @@ def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling
         attention_mask=torch.ones_like(inputs),
         max_new_tokens=max_new_tokens,
         eos_token_id=eos,
-        pad_token_id=eos if eos is not None else 0,
+        pad_token_id=(eos[0] if isinstance(eos, list) and eos else eos) if eos not in (None, []) else 0,
         **extra,
     )
     if device.type == "cuda":
