@@ -94,7 +94,7 @@ class ModelPanel(QGroupBox):
         self.parts: dict[str, QLineEdit] = {}
         for part in parts():
             edit = QLineEdit()
-            empty = "the bundled one with the demo target, else none" if part.bundled is not None else "none"
+            empty = "the one bundled for the target, if any"
             edit.setPlaceholderText(f"a folder{' / .gguf / hub id' if part.key == 'draft' else ''} (empty: {empty})")
             edit.setToolTip(part.help)
             self.parts[part.key] = edit

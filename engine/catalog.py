@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.errors import GlanceError
+
+RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,7 @@ class CatalogEntry:
     module: str  # its import name (never imported: only located)
     file: str  # the GGUF file inside the package
     about: str
+    parts: dict[str, Path] = field(default_factory=dict)  # drafter parts trained for it, bundled in resources/
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -34,6 +37,7 @@ CATALOG: dict[str, CatalogEntry] = {
         file="SmolLM2-135M-Instruct.Q4_1.gguf",
         about="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, Apache-2.0), Q4_1 GGUF "
         "dequantised to float32",
+        parts={"eagle": RESOURCES / "models" / "smollm2" / "eagle"},
     ),
 }
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.catalog import find
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
@@ -76,13 +77,17 @@ class Session:
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
         access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
         loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
+        entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
         chosen = {}
         for part in parts():
             given = (paths or {}).get(part.key)
+            own = entry.parts.get(part.key) if entry else None
             if given:
                 chosen[part.key] = str(given)
             elif bundled and part.bundled is not None and Path(part.bundled).exists():
                 chosen[part.key] = str(part.bundled)
+            elif own is not None and Path(own).exists():
+                chosen[part.key] = str(own)
         return cls(loaded, load_parts(loaded, methods, chosen, **access))
 
     @property
