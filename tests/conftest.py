@@ -16,31 +16,25 @@ VOCAB = 96
 torch.set_num_threads(1)  # tiny models: one thread is as fast and avoids oversubscription
 
 
+# The shape every tiny Llama-like test model shares (2 layers, grouped-query attention, 256 positions).
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
+
+
 def tiny_config(arch: str, vocab: int = VOCAB):
     from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
     common = dict(vocab_size=vocab, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     if arch == "llama":
-        return LlamaConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            **common,
-        )
+        return LlamaConfig(**SMALL, **common)
     if arch == "qwen2":
-        return Qwen2Config(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            use_sliding_window=False,
-            **common,
-        )
+        return Qwen2Config(**SMALL, use_sliding_window=False, **common)
     if arch == "gpt2":
         return GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256, **common)
     raise ValueError(arch)

@@ -15,7 +15,7 @@ from engine.drafters.medusa import TREES, MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
-from tests.conftest import VOCAB, perturbed_copy
+from tests.conftest import SMALL, VOCAB, perturbed_copy
 from tests.test_eagle import random_head
 from tests.test_lookahead import LOOPY
 from tests.test_lossless import NEW, PROMPTS, reference
@@ -95,15 +95,7 @@ def arch_config(arch: str, window: int = 96):
     import transformers as tf
 
     common = dict(vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    llama_like = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        **common,
-    )
+    llama_like = dict(**SMALL, **common)
     if arch == "qwen3":
         return tf.Qwen3Config(head_dim=16, **llama_like)
     if arch == "mistral":  # a sliding window that the runs stay within (test_sliding_windows_... goes past it)
@@ -120,14 +112,7 @@ def arch_config(arch: str, window: int = 96):
     if arch == "phi3":
         return tf.Phi3Config(**llama_like)
     if arch == "gpt_neox":
-        return tf.GPTNeoXConfig(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=256,
-            **common,
-        )
+        return tf.GPTNeoXConfig(**{k: v for k, v in SMALL.items() if k != "num_key_value_heads"}, **common)
     if arch == "olmo2":
         return tf.Olmo2Config(**llama_like)
     raise ValueError(arch)
