@@ -318,7 +318,7 @@ class MainWindow(QMainWindow):
     # ---- events from the worker ---------------------------------------------------------------------------------
     def _on_done(self, name: str, result) -> None:
         if name == "load":
-            self.model_panel.info.setText(_models_info(result.describe()))
+            self.model_panel.info.setText("\n".join(result.summary_lines()))
             self.prompt_panel.set_chat_available(result.has_chat_template)
             self.statusBar().showMessage("models loaded")
         elif name == "benchmark":
@@ -400,19 +400,6 @@ class MainWindow(QMainWindow):
         self.race_view.stop()
         self.controller.close()
         super().closeEvent(event)
-
-
-def _models_info(models: dict) -> str:
-    """One line per loaded model or part, from the engine's own description of it."""
-    lines = []
-    for key, d in models.items():
-        if "parameters" in d:
-            name = Path(str(d.get("name", key))).name
-            lines.append(f"{key}: {name} · {d['parameters'] / 1e6:.1f}M · {d.get('device', '')} · {d.get('dtype', '')}")
-        else:
-            brief = ", ".join(f"{k} {v}" for k, v in d.items() if isinstance(v, int | float | str))[:80]
-            lines.append(f"{key}: {brief}")
-    return "\n".join(lines)
 
 
 def launch() -> int:

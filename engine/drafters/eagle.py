@@ -236,5 +236,6 @@ SPEC = DrafterSpec(
         load=lambda path, target, access: load_eagle_head(path, target.model),
         describe=lambda head: dict(head.cfg),
         bundled=BUNDLED_EAGLE,
+        brief=lambda head: f"1 layer, hidden {head.cfg.get('hidden_size')}",
     ),
 )

@@ -182,5 +182,6 @@ SPEC = DrafterSpec(
         load=lambda path, target, access: load_medusa_heads(path, target.model),
         describe=lambda heads: heads.config(),
         bundled=BUNDLED_MEDUSA,
+        brief=lambda heads: f"{heads.num_heads} heads",
     ),
 )

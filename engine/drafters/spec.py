@@ -107,6 +107,7 @@ class PartSpec:
     load: Callable[[str, LoadedModel, dict], Any]
     describe: Callable[[Any], dict]
     bundled: Path | None = None  # used with the bundled target when the user names none
+    brief: Callable[[Any], str] | None = None  # one short line for the app's model panel ("4 heads")
 
 
 @dataclass

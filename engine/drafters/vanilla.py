@@ -12,6 +12,7 @@ through the same exact rule.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -167,5 +168,6 @@ SPEC = DrafterSpec(
         load=load_draft,
         describe=lambda draft: draft.describe(),
         bundled=BUNDLED_DRAFT,
+        brief=lambda draft: f"{Path(draft.name).name} · {draft.parameters / 1e6:.1f}M",
     ),
 )
