@@ -37,7 +37,10 @@ CATALOG: dict[str, CatalogEntry] = {
         file="SmolLM2-135M-Instruct.Q4_1.gguf",
         about="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, Apache-2.0), Q4_1 GGUF "
         "dequantised to float32",
-        parts={"eagle": RESOURCES / "models" / "smollm2" / "eagle"},
+        parts={
+            "medusa": RESOURCES / "models" / "smollm2" / "medusa",
+            "eagle": RESOURCES / "models" / "smollm2" / "eagle",
+        },
     ),
 }
 

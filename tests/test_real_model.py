@@ -113,15 +113,16 @@ def test_the_window_races_the_real_model_with_a_chat_prompt(qtbot, tmp_path):
     win.close()
 
 
-def test_the_bundled_eagle_head_loads_with_the_model_by_name_and_is_lossless():
+def test_the_bundled_heads_load_with_the_model_by_name_and_are_lossless():
     from engine.session import RaceSettings, Session
 
     installed_folder()
-    session = Session.load(ENTRY.name, methods=["eagle"], device="cpu", dtype="float32")
-    assert session.parts.get("eagle") is not None  # the head trained for it comes along
+    session = Session.load(ENTRY.name, methods=["medusa", "eagle"], device="cpu", dtype="float32")
+    assert session.parts.get("eagle") is not None and session.parts.get("medusa") is not None  # trained for it
     ids = session.encode(PROMPTS[1])
     target = session.target.model
     ref = target.generate(torch.tensor([ids]), max_new_tokens=NEW, do_sample=False)[0, len(ids) :].tolist()
-    result = session.decoder("eagle", RaceSettings(["eagle"], max_new_tokens=NEW)).generate(ids)
-    assert result.tokens == ref[: len(result.tokens)]
-    assert result.summary.mean_accepted_length > 1.0  # trained: it gets drafts accepted
+    for method in ("medusa", "eagle"):
+        result = session.decoder(method, RaceSettings([method], max_new_tokens=NEW)).generate(ids)
+        assert result.tokens == ref[: len(result.tokens)], method
+        assert result.summary.mean_accepted_length > 1.0, method  # trained: drafts get accepted
