@@ -38,16 +38,6 @@ class RaceSettings:
         if self.max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
 
-    def summary_lines(self) -> list[str]:
-        """One short line per loaded model or part, for a front end's model panel."""
-        t = self.target
-        lines = [f"target: {Path(t.name).name} · {t.parameters / 1e6:.1f}M · {t.device} · {t.describe()['dtype']}"]
-        for part in parts():
-            loaded = self.parts.get(part.key)
-            if loaded is not None:
-                lines.append(f"{part.key}: {part.brief(loaded) if part.brief else 'loaded'}")
-        return lines
-
     def describe(self) -> dict:
         s = self.sampling
         return {
