@@ -40,6 +40,7 @@ CATALOG: dict[str, CatalogEntry] = {
         parts={
             "medusa": RESOURCES / "models" / "smollm2" / "medusa",
             "eagle": RESOURCES / "models" / "smollm2" / "eagle",
+            "draft": RESOURCES / "models" / "smollm2" / "draft",
         },
     ),
 }
@@ -83,3 +84,17 @@ def packaged_file(entry: CatalogEntry) -> Path | None:
         return None
     path = Path(list(spec.submodule_search_locations)[0]) / entry.file
     return path if path.exists() else None
+
+
+def part_folder(entry: CatalogEntry, key: str) -> Path | None:
+    """The folder of the part `key` trained for an installed catalog model, or None. A distilled draft is bundled as
+    its own layers only (it shares the target's embedding); the full model folder is built from them and the
+    installed target once, under the Glance home."""
+    source = entry.parts.get(key)
+    if source is None or not source.exists():
+        return None
+    from engine.draft_layers import RECIPE_FILE, assemble_draft
+
+    if (source / RECIPE_FILE).exists():
+        return assemble_draft(source, model_folder(entry), glance_home() / "models" / f"{entry.name}-{key}")
+    return source

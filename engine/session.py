@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.catalog import find
+from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
@@ -81,7 +81,7 @@ class Session:
         chosen = {}
         for part in parts():
             given = (paths or {}).get(part.key)
-            own = entry.parts.get(part.key) if entry else None
+            own = part_folder(entry, part.key) if entry and not given else None
             if given:
                 chosen[part.key] = str(given)
             elif bundled and part.bundled is not None and Path(part.bundled).exists():

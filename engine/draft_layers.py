@@ -1,0 +1,53 @@
+"""A distilled draft stored as its own layers only (it shares the target's embedding and LM head), and the
+ordinary model folder rebuilt from those layers plus the target: what lets a bundled draft stay small."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from engine.errors import GlanceError
+
+SHARED = ("model.embed_tokens.weight", "lm_head.weight")  # taken from the target, never trained or stored
+LAYERS_FILE = "draft_layers.safetensors"
+RECIPE_FILE = "draft.json"
+
+
+def assemble_draft(layers_dir: Path, target_dir: Path, out: Path) -> Path:
+    """An ordinary model folder (config, bf16 safetensors, tokenizer) from stored draft layers and the target's
+    embedding. Idempotent; writes to a temporary folder and renames, so an interrupted run leaves nothing half-made."""
+    from safetensors.torch import load_file, save_file
+
+    if (out / "model.safetensors").exists():
+        return out
+    if not (layers_dir / LAYERS_FILE).exists():
+        raise GlanceError(f"{layers_dir} holds no {LAYERS_FILE}")
+    shards = sorted(target_dir.glob("*.safetensors"))
+    if not shards:
+        raise GlanceError(f"the target folder {target_dir} holds no safetensors weights to share with the draft")
+    shared: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        weights = load_file(str(shard))
+        shared.update({k: weights[k] for k in SHARED if k in weights})
+    if "model.embed_tokens.weight" not in shared:
+        raise GlanceError(f"no model.embed_tokens.weight in {target_dir}")
+    state = load_file(str(layers_dir / LAYERS_FILE))
+    config = json.loads((layers_dir / "config.json").read_text())
+    wanted = SHARED[:1] if config.get("tie_word_embeddings", False) else SHARED
+    for key in wanted:
+        state[key] = shared.get(key, shared["model.embed_tokens.weight"]).to(torch.bfloat16).contiguous()
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    config["torch_dtype"] = "bfloat16"
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+        if (target_dir / name).exists():
+            shutil.copy(target_dir / name, tmp / name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

@@ -1,0 +1,138 @@
+"""A vanilla draft distilled from its target: the target's own config cut to a few layers, initialised from evenly
+spaced target layers, sharing the target's (frozen) embedding and LM head, trained to match the target's next-token
+distribution (forward KL) on corpus text. Progress bar; resumable checkpoints.
+
+The draft shares the target's tokenizer and vocabulary, so it drops into the vanilla drafter with no mapping. Because
+the embedding is the target's, `save_layers` can store only what training changed (small enough to bundle), and
+`assemble_draft` rebuilds an ordinary model folder from those layers plus the target.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from engine.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
+from engine.errors import GlanceError
+from engine.train.heads import head_config, prepare, train_head
+
+
+def kept_layers(total: int, keep: int) -> list[int]:
+    """Evenly spaced target layer indices, first and last included: 30 layers, keep 4 -> [0, 10, 19, 29]."""
+    if keep >= total:
+        return list(range(total))
+    if keep == 1:
+        return [total - 1]
+    return sorted({round(i * (total - 1) / (keep - 1)) for i in range(keep)})
+
+
+def cut_target(target, keep: int):
+    """A fresh draft model: the target's architecture with `keep` of its layers copied in, in float32."""
+    from transformers import AutoModelForCausalLM
+
+    idx = kept_layers(target.config.num_hidden_layers, keep)
+    config = target.config.__class__.from_dict(target.config.to_dict())
+    config.num_hidden_layers = len(idx)
+    if getattr(config, "layer_types", None):
+        config.layer_types = [config.layer_types[i] for i in idx]
+    draft = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
+    src = target.state_dict()
+    own = draft.state_dict()
+    for name in own:
+        source = name
+        if name.startswith("model.layers."):
+            parts = name.split(".")
+            parts[2] = str(idx[int(parts[2])])
+            source = ".".join(parts)
+        own[name].copy_(src[source].float())
+    for name, p in draft.named_parameters():
+        p.requires_grad_(name not in SHARED and "embed_tokens" not in name)
+    return draft, idx
+
+
+def distill_loss(draft, batch: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Forward KL(target || draft) per position, averaged; also returns top-1 agreement with the target."""
+    logits = draft(input_ids=batch, use_cache=False).logits.float()  # [B, T, V]
+    logq = torch.log_softmax(logits, -1)
+    p = torch.softmax(teacher.float(), -1)
+    kl = (p * (torch.log(p.clamp_min(1e-12)) - logq)).sum(-1).mean()
+    agree = (logits.argmax(-1) == teacher.argmax(-1)).float().mean().item()
+    return kl, agree
+
+
+@torch.no_grad()
+def heldout_agreement(draft, target, stream: torch.Tensor, seq_len: int = 256, windows: int = 8) -> float:
+    """Top-1 agreement of draft and target greedy tokens on held-out windows (what vanilla acceptance rides on)."""
+    hits = count = 0
+    n = min(windows, len(stream) // seq_len)
+    for w in range(n):
+        batch = stream[w * seq_len : (w + 1) * seq_len].long()[None]
+        want = target(input_ids=batch, use_cache=False).logits.argmax(-1)
+        got = draft(input_ids=batch, use_cache=False).logits.argmax(-1)
+        hits += int((want == got).sum())
+        count += want.numel()
+    return round(hits / max(1, count), 4)
+
+
+def save_layers(draft, out: Path, target_name: str, layers: list[int], tokenizer) -> None:
+    """What training changed (bf16 safetensors, no embedding) and the recipe to rebuild the full model."""
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in draft.state_dict().items() if k not in SHARED}
+    save_file(state, str(out / LAYERS_FILE))
+    draft.config.to_json_file(str(out / "config.json"))
+    recipe = {"target": target_name, "shared_from_target": list(SHARED), "target_layers": layers}
+    (out / RECIPE_FILE).write_text(json.dumps(recipe, indent=2))
+
+
+def train_draft(
+    target_path: str,
+    out: Path,
+    layers: int = 4,
+    steps: int = 500,
+    data: str | None = None,
+    batch_size: int = 8,
+    seq_len: int = 256,
+    lr: float = 5e-4,
+    seed: int = 0,
+) -> dict:
+    """Distill (or resume) a `layers`-layer draft from the target; saves the layers and a full model folder."""
+    out = Path(out)
+    loaded, train, held = prepare(target_path, out, data, seed)
+    target = loaded.model
+    if not hasattr(target.config, "num_hidden_layers") or not hasattr(target, "model"):
+        raise GlanceError("draft distillation needs a decoder with model.layers (Llama, Qwen, Mistral, ...)")
+    draft, idx = cut_target(target, layers)
+    trainable = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    cfg = head_config(steps, batch_size, seq_len, lr, seed)
+
+    def step_loss(batch: torch.Tensor):
+        with torch.no_grad():
+            teacher = target(input_ids=batch, use_cache=False).logits  # [B, T, V]
+        loss, agree = distill_loss(draft, batch, teacher)
+        return loss, {"kl": loss.item(), "agree": agree}
+
+    t0 = time.time()
+    draft.train()
+    shown = train_head(draft, opt, step_loss, train, cfg, out / "train_state.pt", "draft", clip=1.0)
+    draft.eval()
+    save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        agreement = heldout_agreement(draft, target, held)
+    report = {
+        "target": str(target_path),
+        "layers": len(idx),
+        "target_layers": idx,
+        "steps": cfg.steps,
+        "tokens": cfg.steps * batch_size * seq_len,
+        "final_kl": shown.get("kl", float("nan")),
+        "wall_seconds_this_run": round(time.time() - t0, 1),
+        "heldout_top1_agreement": agreement,
+    }
+    (out / "training.json").write_text(json.dumps(report, indent=2))
+    return report

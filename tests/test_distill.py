@@ -1,0 +1,48 @@
+"""The distilled vanilla draft: cut from the target, trained a few steps, stored as layers only, rebuilt into an
+ordinary model folder that races losslessly against the target."""
+
+import json
+
+import torch
+from safetensors.torch import load_file
+
+from engine.draft_layers import LAYERS_FILE, assemble_draft
+from engine.train.distill import kept_layers, train_draft
+
+
+def test_kept_layers_are_evenly_spaced_with_both_ends():
+    assert kept_layers(30, 4) == [0, 10, 19, 29]
+    assert kept_layers(2, 4) == [0, 1]
+    assert kept_layers(8, 1) == [7]
+
+
+def test_distilled_draft_stores_only_its_layers_and_races_losslessly(model_folders, tmp_path):
+    data = tmp_path / "corpus.txt"
+    data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n    y: int\n" * 200)
+    out = tmp_path / "draft_layers"
+    report = train_draft(str(model_folders["target"]), out, layers=1, steps=3, data=str(data), batch_size=2, seq_len=32)
+    assert report["layers"] == 1 and report["target_layers"] == [1] and report["steps"] == 3
+    stored = load_file(str(out / LAYERS_FILE))
+    assert "model.embed_tokens.weight" not in stored and "lm_head.weight" not in stored
+    assert all(v.dtype == torch.bfloat16 for v in stored.values())
+    assert json.loads((out / "draft.json").read_text())["target_layers"] == [1]
+    # resume: the checkpoint holds all steps, nothing is retrained
+    again = train_draft(str(model_folders["target"]), out, layers=1, steps=3, data=str(data), batch_size=2, seq_len=32)
+    assert again["heldout_top1_agreement"] == report["heldout_top1_agreement"]
+    assert all(torch.equal(v, load_file(str(out / LAYERS_FILE))[k]) for k, v in stored.items())
+
+    full = assemble_draft(out, model_folders["target"], tmp_path / "draft")
+    assert (full / "tokenizer.json").exists()
+    target_weights = load_file(str(model_folders["target"] / "model.safetensors"))
+    draft_weights = load_file(str(full / "model.safetensors"))
+    for key in ("model.embed_tokens.weight", "lm_head.weight"):  # untied target: both are shared, not retrained
+        assert torch.equal(draft_weights[key], target_weights[key].to(torch.bfloat16))
+
+    from engine.sampling import SamplingConfig
+    from engine.session import RaceSettings, Session
+
+    session = Session.load(str(model_folders["target"]), {"draft": str(full)}, ["ar", "vanilla"], dtype="float32")
+    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
+    ids = session.encode("def add(", chat=False)
+    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
+    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
