@@ -19,7 +19,7 @@ class StepInspector(QWidget):
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["node", "token", "depth", "verdict", "target's top tokens (p)"])
         self.tree.setColumnWidth(0, 110)
-        self.tree.setColumnWidth(1, 140)
+        self.tree.setColumnWidth(1, 200)
         lay = QVBoxLayout(self)
         lay.addWidget(self.title)
         lay.addWidget(self.tree)
@@ -47,9 +47,11 @@ class StepInspector(QWidget):
         bold = QFont()
         bold.setBold(True)
         depth = dict(enumerate(node_depths(ev.draft_parents)))
+        draft_ids = ev.extra.get("draft_ids")  # EAGLE-3: each node's id in the head's reduced vocabulary
         for i, (tok, parent) in enumerate(zip(ev.draft_tokens, ev.draft_parents)):
             verdict = "accepted" if i in accepted else "rejected"
-            item = QTreeWidgetItem([f"node {i}", repr(decode(tok)), str(depth[i]), verdict, top_text(i + 1)])
+            shown = repr(decode(tok)) + (f"  (draft {draft_ids[i]} → {tok})" if draft_ids else "")
+            item = QTreeWidgetItem([f"node {i}", shown, str(depth[i]), verdict, top_text(i + 1)])
             if i in accepted:
                 for c in range(5):
                     item.setFont(c, bold)
@@ -60,9 +62,10 @@ class StepInspector(QWidget):
             items[i] = item
         bonus = ev.tokens[-1]
         last = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
-        items[last].addChild(
-            QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), "target's own token", ""])
-        )
+        verdict = "target's own token"
+        if ev.extra.get("target_token_in_draft_vocab") is False:
+            verdict += f" (outside the {ev.extra.get('draft_vocab', '')}-token draft vocabulary)"
+        items[last].addChild(QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), verdict, ""]))
         if "window" in ev.extra:  # lookahead: the Jacobi window fed to this step and the n-grams it verified
             window = QTreeWidgetItem(["window", f"{len(ev.extra['window'])} levels", "", "lookahead branch", ""])
             for lvl, level in enumerate(ev.extra["window"]):

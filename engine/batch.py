@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,6 +23,7 @@ from engine.cache import check_window, gather_rows, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import StepEvent
+from engine.features import layer_inputs
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.tree import Draft, additive_mask, draft_visibility, node_depths
@@ -35,6 +36,7 @@ class RowView:
     logits: torch.Tensor  # [1, S_b, V]
     hidden_states: tuple | None
     cache: Any = None
+    layer_features: list = field(default_factory=list)  # inputs [1, S_b, H] of the drafter's feature layers
 
 
 @dataclass
@@ -66,6 +68,7 @@ def _row_view(out, b: int, length: int) -> RowView:
     return RowView(
         out.logits[b : b + 1, :length],
         tuple(h[b : b + 1, :length] for h in hidden) if hidden is not None else None,
+        layer_features=[f[b : b + 1, :length] for f in getattr(out, "layer_features", [])],
     )
 
 
@@ -92,20 +95,24 @@ class BatchDecoder:
             eos_token_ids = getattr(target.config, "eos_token_id", None)
         self.eos = eos_set(eos_token_ids)
         self.pad = pad_token_id
+        self.feature_layers: tuple[int, ...] = ()  # set per run from the drafters
         self.variant = variant
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
     def _forward(self, ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor, cache, hidden: bool):
         """ids, positions: [B, S]; visible: [B, S, past + S] bool."""
-        return self.target(
-            input_ids=ids.to(self.device),
-            attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, past + S]
-            position_ids=positions.to(self.device),
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=hidden,
-        )
+        with layer_inputs(self.target, self.feature_layers) as features:
+            out = self.target(
+                input_ids=ids.to(self.device),
+                attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, past + S]
+                position_ids=positions.to(self.device),
+                cache=cache,
+                use_cache=True,
+                output_hidden_states=hidden,
+            )
+        out.layer_features = features
+        return out
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]]) -> BatchResult:
@@ -124,6 +131,7 @@ class BatchDecoder:
         B = len(prompts)
         drafters = [self.make_drafter() for _ in range(B)]
         hidden = drafters[0].needs_hidden_states
+        self.feature_layers = drafters[0].feature_layers
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
         run_ids = [uuid.uuid4().hex[:12] for _ in range(B)]
         longest = max(len(p) for p in prompts) + self.max_new_tokens

@@ -133,12 +133,29 @@ def build_parser() -> argparse.ArgumentParser:
     eg.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
     eg.add_argument("--steps", type=int, default=500)
     eg.add_argument("--out", required=True)
+    e3 = tsub.add_parser(
+        "eagle3", help="train an EAGLE-3 head (fused features, reduced vocabulary, training-time test)"
+    )
+    e3.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
+    e3.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    e3.add_argument("--draft-vocab", type=int, default=2048, help="draft vocabulary: the most frequent training tokens")
+    e3.add_argument("--ttt-steps", type=int, default=4, help="training-time test: unroll steps on the head's outputs")
+    e3.add_argument("--steps", type=int, default=500)
+    e3.add_argument("--out", required=True)
+    dr = tsub.add_parser("draft", help="distill a small vanilla draft from a frozen target (shares its tokenizer)")
+    dr.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
+    dr.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    dr.add_argument(
+        "--layers", type=int, default=4, help="decoder layers kept, copied from evenly spaced target layers"
+    )
+    dr.add_argument("--steps", type=int, default=500)
+    dr.add_argument("--out", required=True)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
     card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
     card.add_argument(
         "--only",
         default=None,
-        help="re-measure only these comma-separated sections (medusa, eagle, lookahead) of an existing card",
+        help="re-measure only these comma-separated sections (medusa, eagle, eagle3, lookahead) of an existing card",
     )
     return parser
 
@@ -345,9 +362,9 @@ def cmd_train(args) -> int:
             from engine.train.card import refresh_card
 
             sections = [x.strip() for x in args.only.split(",") if x.strip()]
-            bad = [x for x in sections if x not in ("medusa", "eagle", "lookahead")]
+            bad = [x for x in sections if x not in ("medusa", "eagle", "eagle3", "lookahead")]
             if bad or not (Path(args.models) / "evaluation.json").exists():
-                raise GlanceError("--only takes medusa, eagle, lookahead, and needs a card measured before")
+                raise GlanceError("--only takes medusa, eagle, eagle3, lookahead, and needs a card measured before")
             print(refresh_card(Path(args.models), sections))
             return 0
         print(write_card(Path(args.models)))
@@ -374,6 +391,23 @@ def cmd_train(args) -> int:
         if args.steps < 1:
             raise GlanceError("--steps must be positive")
         print(json.dumps(train_eagle(args.target, Path(args.out), args.steps, args.data), indent=2))
+        return 0
+    if args.what == "eagle3":
+        from engine.train.eagle3 import train_eagle3
+
+        if args.steps < 1 or args.draft_vocab < 1 or args.ttt_steps < 1:
+            raise GlanceError("--steps, --draft-vocab and --ttt-steps must be positive")
+        report = train_eagle3(
+            args.target, Path(args.out), args.steps, args.data, draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps
+        )
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.what == "draft":
+        from engine.train.distill import train_draft
+
+        if args.steps < 1 or args.layers < 1:
+            raise GlanceError("--steps and --layers must be positive")
+        print(json.dumps(train_draft(args.target, Path(args.out), args.layers, args.steps, args.data), indent=2))
         return 0
     from engine.train.demo import run_demo_recipe
 

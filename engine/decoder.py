@@ -19,6 +19,7 @@ from engine.cache import cache_length, check_window, compact_tail, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
+from engine.features import layer_inputs
 from engine.sampling import SamplingConfig, logits_to_probs
 from engine.stats import RunStats
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
@@ -76,13 +77,16 @@ class Decoder:
                 draft.parents, past, self.dtype, self.device, draft.side_visible
             )
             kwargs["position_ids"] = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
-        return self.target(
-            input_ids=ids,
-            cache=cache,
-            use_cache=True,
-            output_hidden_states=self.drafter.needs_hidden_states,
-            **kwargs,
-        )
+        with layer_inputs(self.target, self.drafter.feature_layers) as features:
+            out = self.target(
+                input_ids=ids,
+                cache=cache,
+                use_cache=True,
+                output_hidden_states=self.drafter.needs_hidden_states,
+                **kwargs,
+            )
+        out.layer_features = features
+        return out
 
     def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
         """The target's probability of each emitted token at the row that predicted it, and its top tokens at every

@@ -19,6 +19,7 @@ BUNDLED_TARGET = RESOURCES / "models" / "target"
 BUNDLED_DRAFT = RESOURCES / "models" / "draft"
 BUNDLED_MEDUSA = RESOURCES / "models" / "medusa"
 BUNDLED_EAGLE = RESOURCES / "models" / "eagle"
+BUNDLED_EAGLE3 = RESOURCES / "models" / "eagle3"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 

@@ -3,7 +3,7 @@ here (docs/ARCHITECTURE.md, "Add a drafter"); the CLI, the app, logs and benchma
 
 from __future__ import annotations
 
-from engine.drafters import autoregressive, eagle, lookahead, medusa, prompt_lookup, vanilla
+from engine.drafters import autoregressive, eagle, eagle3, lookahead, medusa, prompt_lookup, vanilla
 from engine.drafters.spec import DrafterSpec, KnobField, PartSpec
 from engine.errors import GlanceError
 
@@ -12,6 +12,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
     vanilla.SPEC,
     medusa.SPEC,
     eagle.SPEC,
+    eagle3.SPEC,
     lookahead.SPEC,
     prompt_lookup.SPEC,
 )

@@ -20,7 +20,8 @@ class DecodeState:
     prompt_len: int
     sampling: SamplingConfig
     generator: torch.Generator
-    # Outputs of the target's latest forward (logits [1, S, V], hidden states) for drafters that read them.
+    # Outputs of the target's latest forward (logits [1, S, V], hidden states, and `layer_features`, the inputs
+    # [1, S, H] of the drafter's `feature_layers`) for drafters that read them.
     target_out: Any = None
     # After a verification step: the row of that forward that predicted each emitted token (0: the pending token).
     rows: list[int] = field(default_factory=list)
@@ -34,6 +35,7 @@ class Drafter:
     name = "ar"
     approximate = False  # True when its acceptance rule is not exact
     needs_hidden_states = False  # ask the target forward for hidden states
+    feature_layers: tuple[int, ...] = ()  # decoder layers whose inputs the target forward captures (EAGLE-3)
     extra_positions = 0  # positions past the committed text a step may use (lookahead's window)
 
     def begin(self, state: DecodeState) -> None:

@@ -63,15 +63,27 @@ class EagleDrafter(Drafter):
     def reset(self) -> None:
         self.cache, self.pending = None, None
 
+    def features(self, target_out) -> torch.Tensor:
+        """The features the head reads at every row of a target forward [S, H]: the last hidden state."""
+        return target_out.hidden_states[-1][0]
+
     def begin(self, state: DecodeState) -> None:
         self.cache = self.head.new_cache()
-        feats = state.target_out.hidden_states[-1][0]  # [P, H]: features of every prompt position
+        feats = self.features(state.target_out)  # [P, H]: features of every prompt position
         self.pending = (state.tokens[1:], feats)  # pairs (x_{i+1}, f_i)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         rows = state.rows  # verify rows whose features predicted the emitted tokens
-        feats = state.target_out.hidden_states[-1][0, rows]  # [k, H]
+        feats = self.features(state.target_out)[rows]  # [k, H]
         self.pending = (state.tokens[-len(rows) :], feats)
+
+    def _drop_drafts(self, committed: int) -> None:
+        """Keep only the committed pairs in the head's cache: draft entries were only for drafting."""
+        crop(self.cache, committed)
+
+    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        """The target ids of the head's output ids (the same vocabulary here)."""
+        return ids
 
     def _mask(self, committed: int, ancestors: list[list[int]], fed: int, dtype, device) -> torch.Tensor:
         """[1, 1, m, committed + fed + m]: each new row sees the committed pairs, the fed entries listed in its
@@ -137,7 +149,7 @@ class EagleDrafter(Drafter):
         def top_lists(logits: torch.Tensor, k: int) -> list[tuple[list, list]]:
             """Per row of logits [m, V]: the top-k token ids and log-probs, in one topk and one copy to Python."""
             top = torch.log_softmax(logits.float(), -1).topk(k, dim=-1)
-            return list(zip(top.indices.tolist(), top.values.tolist()))
+            return list(zip(self.token_ids(top.indices).tolist(), top.values.tolist()))
 
         k_root = self.top_k if self.dynamic else max(p[0] for p in self.paths) + 1
         k_child = self.top_k if self.dynamic else max(p[-1] for p in self.paths) + 1
@@ -175,7 +187,7 @@ class EagleDrafter(Drafter):
             if self.dynamic:  # the next frontier: the best top_k of this depth by cumulative log-probability
                 children = sorted(children, key=lambda c: -scores[c])[: self.top_k]
             frontier = children
-        crop(self.cache, committed)  # draft entries were only for drafting
+        self._drop_drafts(committed)
 
         budget = min(self.total if self.dynamic else len(tokens), max_tokens, len(tokens))
         chosen = (

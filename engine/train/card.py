@@ -71,6 +71,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "",
         *_medusa_section(evaluation),
         *_eagle_section(evaluation),
+        *_eagle3_section(evaluation),
         *_lookahead_section(evaluation),
         "## Sample greedy completions (target, float32)",
         "",
@@ -158,6 +159,39 @@ def _eagle_section(evaluation: dict) -> list[str]:
     ]
 
 
+def _eagle3_section(evaluation: dict) -> list[str]:
+    e3 = evaluation.get("eagle3")
+    if not e3:
+        return []
+    tr, acc = e3["training"], e3["acceptance"]
+    st = acc["settings"]
+    return [
+        "## EAGLE-3 head (`eagle3/`)",
+        "",
+        f"One decoder layer over [embedding of token t+1 ; fc(inputs of target layers {tr['feature_layers']})], "
+        f"drafting over its own {tr['draft_vocab']}-token vocabulary (the most frequent training tokens; they cover "
+        f"{tr['heldout_vocab_coverage']:.1%} of held-out tokens), mapped to target ids through `d2t`. Trained by "
+        f"`python main.py train eagle3` for {tr['steps']} steps ({tr['tokens']:,} tokens) with training-time test "
+        f"over {tr['ttt_steps']} unrolled steps: cross-entropy against the target's distribution on the draft "
+        "vocabulary, weighted 0.8^step.",
+        "",
+        "| draft depth | held-out top-1 agreement with the target's greedy token |",
+        "|---|---|",
+        *[f"| {a['depth']} | {a['top1']:.3f} |" for a in tr["heldout_accuracy"]],
+        "",
+        f"Greedy EAGLE-3 decoding (top_k {st.get('top_k')}, depth {st.get('depth')}, total_tokens "
+        f"{st.get('total_tokens')}), {acc['dtype']}, up to {acc['max_new_tokens']} new tokens on each of the "
+        f"{acc['prompts']} held-out prompts: mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance "
+        f"rate {acc['acceptance_rate']:.3f}, output identical to plain greedy on every prompt: "
+        f"{acc['outputs_identical_to_plain_greedy']}.",
+        "",
+        "| category | tau |",
+        "|---|---|",
+        *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
+        "",
+    ]
+
+
 def _lookahead_section(evaluation: dict) -> list[str]:
     la = evaluation.get("lookahead")
     if not la:
@@ -191,6 +225,12 @@ def _medusa_reproduce(evaluation: dict) -> list[str]:
         lines.append(
             f"python main.py train eagle --target runs/demo/target --steps {evaluation['eagle']['training']['steps']}"
             " --out runs/demo/eagle"
+        )
+    if evaluation.get("eagle3"):
+        tr = evaluation["eagle3"]["training"]
+        lines.append(
+            f"python main.py train eagle3 --target runs/demo/target --steps {tr['steps']} --draft-vocab "
+            f"{tr['draft_vocab']} --ttt-steps {tr['ttt_steps']} --out runs/demo/eagle3"
         )
     return lines
 
@@ -241,11 +281,12 @@ def write_card(models: Path) -> str:
             "training": json.loads((models / "medusa" / "training.json").read_text()),
             "acceptance": speculative_acceptance(models, prompts, method="medusa"),
         }
-    if (models / "eagle" / "training.json").exists():
-        evaluation["eagle"] = {
-            "training": json.loads((models / "eagle" / "training.json").read_text()),
-            "acceptance": speculative_acceptance(models, prompts, method="eagle"),
-        }
+    for name in ("eagle", "eagle3"):
+        if (models / name / "training.json").exists():
+            evaluation[name] = {
+                "training": json.loads((models / name / "training.json").read_text()),
+                "acceptance": speculative_acceptance(models, prompts, method=name),
+            }
     evaluation["lookahead"] = speculative_acceptance(models, prompts, method="lookahead")
     (models / "evaluation.json").write_text(json.dumps(evaluation, indent=2))
     card = render_card(training, evaluation)

@@ -50,7 +50,12 @@ def speculative_acceptance(
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
     parts = load_parts(
-        target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"), eagle=str(models / "eagle")
+        target,
+        [method],
+        draft=str(models / "draft"),
+        medusa=str(models / "medusa"),
+        eagle=str(models / "eagle"),
+        eagle3=str(models / "eagle3"),
     )
     options = DrafterOptions(gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
     tok = target.tokenizer
@@ -125,7 +130,12 @@ def compare_settings(
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
     parts = load_parts(
-        target, [method], draft=str(models / "draft"), medusa=str(models / "medusa"), eagle=str(models / "eagle")
+        target,
+        [method],
+        draft=str(models / "draft"),
+        medusa=str(models / "medusa"),
+        eagle=str(models / "eagle"),
+        eagle3=str(models / "eagle3"),
     )
     eos = target.tokenizer.eos_token_id
     encoded = [target.tokenizer(r["prompt"])["input_ids"] for r in prompts]

@@ -1,0 +1,115 @@
+"""EAGLE-3 drafting: EAGLE-2's dynamic tree over an EAGLE-3 head. The first depth reads the target's fused
+low/middle/high features (captured by hooks on three decoder layers, not every hidden state); deeper depths read the
+head's own outputs. Candidates are the head's top-k in its reduced vocabulary, mapped to target ids through d2t, so
+they stay deterministic given the context and verification stays exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from engine.drafters.base import DecodeState
+from engine.drafters.eagle import EagleDrafter
+from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
+from engine.models import BUNDLED_EAGLE3
+from engine.tree import Draft
+
+DEFAULT_TOP_K = 4
+DEFAULT_DEPTH = 6
+DEFAULT_TOTAL = 16
+
+
+class Eagle3Drafter(EagleDrafter):
+    name = "eagle3"
+    needs_hidden_states = False
+
+    def __init__(
+        self,
+        head: Eagle3Head,
+        top_k: int = DEFAULT_TOP_K,
+        depth: int = DEFAULT_DEPTH,
+        total_tokens: int = DEFAULT_TOTAL,
+    ) -> None:
+        super().__init__(head, dynamic=True, top_k=top_k, depth=depth, total_tokens=total_tokens)
+        self.feature_layers = head.layer_ids
+        ids = head.target_ids().cpu()
+        self.draft_index = torch.full((len(head.t2d),), -1, dtype=torch.long)  # target id -> draft id, or -1
+        self.draft_index[ids] = torch.arange(len(ids))
+
+    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
+        draft = super().propose(state, max_tokens)
+        if draft.tokens:  # for the step inspector: each node's id in the head's own vocabulary
+            draft.meta["draft_ids"] = self.draft_index[draft.tokens].tolist()
+            draft.meta["draft_vocab"] = len(self.head.d2t)
+        return draft
+
+    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        super().update(state, draft, accepted)
+        own = state.tokens[-1]  # the target's token after the accepted path: could the head have drafted it?
+        draft.meta["target_token_in_draft_vocab"] = bool(
+            0 <= own < len(self.draft_index) and self.draft_index[own] >= 0
+        )
+
+    def features(self, target_out) -> torch.Tensor:
+        """[S, 3H]: the captured inputs of the three feature layers, concatenated (fc fuses them in the head)."""
+        return torch.cat(list(target_out.layer_features), dim=-1)[0]
+
+    def _drop_drafts(self, committed: int) -> None:
+        self.cache.crop(committed)
+
+    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head.to_target(ids)
+
+    def settings(self) -> dict:
+        return {
+            "mode": "eagle-3",
+            "top_k": self.top_k,
+            "depth": self.depth,
+            "total_tokens": self.total,
+            "draft_vocab": len(self.head.d2t),
+            "feature_layers": list(self.head.layer_ids),
+        }
+
+
+@dataclass
+class Eagle3Options:
+    eagle3_top_k: int = knob(DEFAULT_TOP_K, "nodes expanded per depth", lo=1, hi=32, label="top-k")
+    eagle3_depth: int = knob(DEFAULT_DEPTH, "draft depth", lo=1, hi=12)
+    eagle3_total_tokens: int = knob(DEFAULT_TOTAL, "nodes sent to verification", lo=1, hi=128, label="total")
+
+
+def build(ctx: BuildContext) -> Eagle3Drafter:
+    o = ctx.options
+    return Eagle3Drafter(ctx.part, top_k=o.eagle3_top_k, depth=o.eagle3_depth, total_tokens=o.eagle3_total_tokens)
+
+
+def describe(head: Eagle3Head) -> dict:
+    """What the inspector and logs show: the shape, the feature layers and the draft-vocabulary mapping."""
+    ids = head.target_ids().tolist()
+    return {
+        **{k: v for k, v in head.cfg.items() if k != "rope_scaling"},
+        "draft_vocab_first_ids": ids[:8],
+        "draft_vocab_covers": f"{len(ids)} of {head.cfg['vocab_size']} target tokens",
+    }
+
+
+SPEC = DrafterSpec(
+    name="eagle3",
+    label="EAGLE-3",
+    color="#4db6ac",
+    summary="a one-layer head drafts from features fused from three target layers, over its own reduced vocabulary "
+    "(Li et al. 2025)",
+    build=build,
+    options=Eagle3Options,
+    part=PartSpec(
+        "eagle3",
+        "EAGLE-3 head folder",
+        load=lambda path, target, access: load_eagle3_head(path, target.model),
+        describe=describe,
+        bundled=BUNDLED_EAGLE3,
+        brief=lambda head: f"layers {list(head.layer_ids)}, draft vocab {len(head.d2t)}",
+    ),
+)
