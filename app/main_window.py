@@ -52,6 +52,7 @@ class MainWindow(QMainWindow):
             or Path(QStandardPaths.writableLocation(QStandardPaths.StandardLocation.AppDataLocation)) / "autosave"
         )
         self.controller = Controller(self.autosave_dir)
+        self.opened_log: Path | None = None  # a log opened with File > Open, while it is what the screen shows
 
         self.model_panel, self.prompt_panel, self.gen_panel = ModelPanel(), PromptPanel(), SettingsPanel()
         restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
@@ -265,6 +266,7 @@ class MainWindow(QMainWindow):
             self.show_error(str(exc))
             return
         self.clear_error()
+        self.opened_log = None  # the screen shows this race now: Export writes its log
         target = self.controller.session.target
         self.race_view.reset(methods, settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")})
         self._set_running("race")
@@ -351,11 +353,13 @@ class MainWindow(QMainWindow):
             self.export_to(Path(folder))
 
     def export_to(self, folder: Path) -> list[Path]:
-        if self.log_path is None or not self.log_path.exists():
+        """Export what is on screen: the opened log when one was opened since the last race, else the last race's."""
+        shown = self.opened_log or self.log_path
+        if shown is None or not shown.exists():
             self.show_error("nothing to export yet: run a race first")
             return []
         try:
-            written = export_session(self.log_path, folder, self.charts)
+            written = export_session(shown, folder, self.charts)
         except GlanceError as exc:
             self.show_error(str(exc))
             return []
@@ -378,6 +382,7 @@ class MainWindow(QMainWindow):
             self.show_error(f"cannot open {path}: {exc}")
             return
         self.clear_error()
+        self.opened_log = Path(path)
         names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
         self.race_view.reset(names, log.header.get("settings", {}))
         items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]

@@ -65,8 +65,25 @@ def write_runs_csv(log: SessionLog, path: Path) -> None:
             w.writerow([getattr(s, c) for c in RUN_COLUMNS])
 
 
+def _lane_order(variants) -> list[str]:
+    from engine.registry import METHODS
+
+    return sorted(variants, key=lambda v: METHODS.index(v) if v in METHODS else len(METHODS))
+
+
+def lane_texts(log: SessionLog) -> dict[str, str]:
+    """Each lane's output text from the decoded pieces the app stores in its events ({} for CLI logs)."""
+    texts: dict[str, str] = {}
+    for e in log.steps:
+        pieces = e.extra.get("pieces")
+        if pieces:
+            texts[e.variant] = texts.get(e.variant, "") + "".join(pieces)
+    return texts
+
+
 def markdown_report(log: SessionLog, baseline: str = "ar") -> str:
-    """A short report: settings, models and one row per run with speedup over the baseline run."""
+    """The session on one page: device, models and heads, settings, the prompt, one row per lane (plain decoding
+    first) with speedup over the baseline, then every lane's output."""
     h = log.header
     base = next((s for s in log.summaries if s.variant == baseline), None)
     lines = [
@@ -76,16 +93,25 @@ def markdown_report(log: SessionLog, baseline: str = "ar") -> str:
         f"- environment: {', '.join(f'{k} {v}' for k, v in h.get('environment', {}).items())}",
     ]
     for role, m in h.get("models", {}).items():
-        lines.append(f"- {role}: {m.get('name')} ({m.get('parameters', 0) / 1e6:.1f}M parameters, {m.get('dtype')})")
+        params = m.get("parameters")
+        size = f"{params / 1e6:.1f}M parameters, " if isinstance(params, (int, float)) else ""
+        lines.append(f"- {role}: {m.get('name', role)} ({size}{m.get('dtype', 'dtype unknown')})")
     settings = h.get("settings", {})
     if settings:
         lines.append("- settings: " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "prompt"))
+    prompt = h.get("prompt", settings.get("prompt"))
+    if prompt is not None:
+        lines += ["", "## Prompt", "", "```text", str(prompt), "```"]
     lines += [
+        "",
+        "## Lanes",
         "",
         "| variant | new tokens | tau | acceptance | tokens/s | speedup | same as baseline | stop |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for s in log.summaries:
+    by_variant = {s.variant: s for s in log.summaries}
+    for v in _lane_order(by_variant):
+        s = by_variant[v]
         speed = f"{s.tokens_per_second / base.tokens_per_second:.2f}x" if base and base.tokens_per_second else "-"
         same = "-" if base is None else ("yes" if s.token_ids == base.token_ids else "no")
         acc = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
@@ -94,4 +120,7 @@ def markdown_report(log: SessionLog, baseline: str = "ar") -> str:
             f"| {label} | {s.new_tokens} | {s.mean_accepted_length:.2f} | {acc} | "
             f"{s.tokens_per_second:.1f} | {speed} | {same} | {s.stop_reason} |"
         )
+    texts = lane_texts(log)
+    for v in _lane_order(texts):
+        lines += ["", f"## Output: {v}", "", "```text", texts[v], "```"]
     return "\n".join(lines) + "\n"

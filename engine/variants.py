@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch
+
 import dataclasses
 from typing import Any
 
@@ -90,9 +92,25 @@ def load_parts(
         path = paths.get(part.key)
         if part.key in needed and path:
             out[part.key] = part.load(str(path), target, access)
+            if isinstance(out[part.key], torch.nn.Module):
+                out[part.key].source = str(path)  # heads do not know their folder: logs and reports name it
     return out
 
 
 def describe_parts(loaded: dict) -> dict:
-    """What each loaded part is, for session logs and benchmark reports."""
-    return {p.key: p.describe(loaded[p.key]) for p in parts() if loaded.get(p.key) is not None}
+    """What each loaded part is, for session logs and benchmark reports; heads also get their folder, parameter
+    count and dtype, like models."""
+    out = {}
+    for p in parts():
+        obj = loaded.get(p.key)
+        if obj is None:
+            continue
+        info = dict(p.describe(obj))
+        if isinstance(obj, torch.nn.Module):
+            params = list(obj.parameters())
+            info.setdefault("name", getattr(obj, "source", p.key))
+            info.setdefault("parameters", sum(x.numel() for x in params))
+            if params:
+                info.setdefault("dtype", str(params[0].dtype).removeprefix("torch."))
+        out[p.key] = info
+    return out

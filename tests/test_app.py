@@ -157,6 +157,43 @@ def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
     assert {n: lane.text() for n, lane in other.lanes.items()} == texts
 
 
+def test_export_after_open_writes_the_opened_log_and_a_full_report(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    win.prompt_panel.text.setPlainText("def first(")
+    run_race(qtbot, win, ["ar", "vanilla"])
+    first = win.export_to(tmp_path / "first")[0].read_text()
+    win.prompt_panel.text.setPlainText("class Second:")
+    run_race(qtbot, win, ["vanilla", "ar"])
+    win.open_log(tmp_path / "first" / "session.jsonl")  # the screen now shows the first race
+    win.export_to(tmp_path / "again")
+    assert (tmp_path / "again" / "session.jsonl").read_text() == first
+    report = (tmp_path / "again" / "report.md").read_text()
+    assert "def first(" in report and "class Second" not in report
+    assert "None" not in report and "## Output: vanilla" in report
+    rows = [
+        line.split("|")[1].strip()
+        for line in report.splitlines()
+        if line.startswith("| ar") or line.startswith("| vanilla")
+    ]
+    assert rows == ["ar", "vanilla"]  # plain decoding first, whatever order the lanes ran in
+    run_race(qtbot, win, ["ar"])  # a new race: Export follows the screen again
+    win.export_to(tmp_path / "third")
+    assert (tmp_path / "third" / "session.jsonl").read_text() != first
+
+
+def test_race_during_a_replay_stops_the_replay(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    log = win.export_to(tmp_path / "log")[0]
+    win.open_log(log, recorded_speed=True)
+    assert win.replay_timer.isActive()
+    run_race(qtbot, win, ["ar", "vanilla"])
+    assert not win.replay_timer.isActive()
+    for lane in win.lanes.values():
+        steps = [e.step for e in lane.events]
+        assert steps == list(range(len(steps))), steps  # one run per lane, no replayed events mixed in
+
+
 def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
     win = tiny_window
     empty = tmp_path / "not_a_model"
