@@ -7,6 +7,7 @@ from collections.abc import Callable
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from app.theme import REJECTED
 from engine import StepEvent
 from engine.tree import is_chain, node_depths
 
@@ -49,15 +50,15 @@ class StepInspector(QWidget):
         depth = dict(enumerate(node_depths(ev.draft_parents)))
         draft_ids = ev.extra.get("draft_ids")  # EAGLE-3: each node's id in the head's reduced vocabulary
         for i, (tok, parent) in enumerate(zip(ev.draft_tokens, ev.draft_parents)):
-            verdict = "accepted" if i in accepted else "rejected"
+            verdict = "✓ accepted" if i in accepted else "✗ rejected"
             shown = repr(decode(tok)) + (f"  (draft {draft_ids[i]} → {tok})" if draft_ids else "")
             item = QTreeWidgetItem([f"node {i}", shown, str(depth[i]), verdict, top_text(i + 1)])
-            if i in accepted:
+            if i in accepted:  # the colour grammar: verdicts are symbols and weight, lane colours stay with lanes
                 for c in range(5):
                     item.setFont(c, bold)
-                    item.setForeground(c, QBrush(QColor("#66bb6a")))
             else:
-                item.setForeground(3, QBrush(QColor("#ef9a9a")))
+                for c in range(4):
+                    item.setForeground(c, QBrush(QColor(REJECTED)))
             items[parent].addChild(item)
             items[i] = item
         bonus = ev.tokens[-1]

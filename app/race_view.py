@@ -15,6 +15,9 @@ from engine import BASELINE, RunSummary, StepEvent
 FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
 
 
+SAMPLED = "sampled: distribution-exact, not token-identical"
+
+
 class RaceView(QWidget):
     stepClicked = Signal(str, int)  # lane, step: a token or a chart point was clicked
 
@@ -77,12 +80,13 @@ class RaceView(QWidget):
         self.charts.refresh()
 
     def difference_reason(self) -> str:
+        """Why a lane may differ from plain decoding under these settings; empty when it never should."""
         s = self.settings
         if s.get("temperature", 0) > 0:
-            return "sampling seed: same distribution, different random draws"
+            return SAMPLED
         if s.get("dtype", "float32") != "float32":
-            return f"numerics: {s.get('dtype')} rounding can flip near-ties (use float32 to compare exactly)"
-        return "a float32 greedy mismatch, which should never happen: please report it"
+            return f"{s.get('dtype')} rounding can flip near-ties between the two runs; pick float32 to compare exactly"
+        return ""
 
     def set_show_rejected(self, on: bool) -> None:
         self.show_rejected = on

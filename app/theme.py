@@ -13,10 +13,14 @@ RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 
 VARIANT_COLORS = {s.name: s.color for s in DRAFTERS}
 # Reference rows of the benchmark and anything else without a drafter spec: fixed colours, then a stable hash.
-OTHER_COLORS = {"hf_generate": "#e0e0e0", "hf_assisted": "#4db6ac", "hf_prompt_lookup": "#f06292"}
+OTHER_COLORS = {"hf_generate": "#e0e0e0", "hf_assisted": "#b0bec5", "hf_prompt_lookup": "#f06292"}
 FALLBACK_COLORS = ["#dce775", "#7986cb", "#ff8a65", "#a1887f"]
 NEUTRAL = {"dark": "#e5e9f0", "light": "#1f2430"}
 REJECTED = "#7b8394"
+# Colour grammar: lane colours mean lanes and nothing else; verdicts are symbols (✓ accepted or matching, ✗ rejected)
+# in one mid-tone that reads on both themes, and red is kept for a result that should never happen.
+VERDICT = "#8c9bb5"
+ALARM = "#ef5350"
 
 
 def variant_color(name: str) -> QColor:

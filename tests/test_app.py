@@ -194,6 +194,15 @@ def test_race_during_a_replay_stops_the_replay(qtbot, tmp_path, tiny_window):
         assert steps == list(range(len(steps))), steps  # one run per lane, no replayed events mixed in
 
 
+def test_sampled_lanes_are_labelled_exact_in_distribution_not_as_errors(qtbot, tiny_window):
+    win = tiny_window
+    win.gen_panel.temperature.setValue(0.8)
+    run_race(qtbot, win, ["ar", "vanilla"])
+    label = win.lanes["vanilla"].match
+    assert "sampled: distribution-exact, not token-identical" in label.text()
+    assert "✗" not in label.text() and "#ef5350" not in label.styleSheet()
+
+
 def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
     win = tiny_window
     empty = tmp_path / "not_a_model"
