@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.knobs import DrafterKnobs
+from app.knobs import DrafterKnobs, narrow
 from app.theme import RESOURCES
 from engine.catalog import installed
 from engine.registry import DRAFTERS, METHODS, parts
@@ -132,13 +132,17 @@ class PromptPanel(QGroupBox):
     def __init__(self) -> None:
         super().__init__("Prompt")
         self.presets = QComboBox()
+        narrow(self.presets)
         self.presets.addItem("(custom)", None)
         for rec in load_presets():
             self.presets.addItem(f"{rec['category']} · {rec['id']}", rec["prompt"])
         self.text = QPlainTextEdit(DEFAULT_PROMPT)
         self.text.setMinimumHeight(90)
-        self.chat = QCheckBox("send as a chat message (the model's chat template)")
-        self.chat.setToolTip("only for models whose tokenizer has a chat template; generation stops at its end of turn")
+        self.chat = QCheckBox("as a chat message")
+        self.chat.setToolTip(
+            "wrap the prompt in the model's chat template (only for models that have one); generation stops at its "
+            "end of turn"
+        )
         self.chat.setEnabled(False)
         self.presets.currentIndexChanged.connect(self._preset)
         lay = QVBoxLayout(self)
@@ -185,8 +189,10 @@ class SettingsPanel(QGroupBox):
             box.setStyleSheet(f"QCheckBox {{ color: {s.color} }}")
             self.methods[s.name] = box
         self.knobs = DrafterKnobs()
-        self.sequential = QCheckBox("sequential (benchmark) mode")
-        self.show_rejected = QCheckBox("show rejected draft tokens")
+        self.sequential = QCheckBox("one lane at a time")
+        self.sequential.setToolTip("run the lanes one after another (benchmark mode) instead of interleaved steps")
+        self.show_rejected = QCheckBox("show rejected drafts")
+        self.show_rejected.setToolTip("draw rejected draft tokens struck through after the tokens that replaced them")
         self.run_one = QComboBox()
         self.run_one.addItems(list(METHODS))
         form = QFormLayout(self)
@@ -199,7 +205,8 @@ class SettingsPanel(QGroupBox):
         gl.setContentsMargins(0, 0, 0, 0)
         for i, box in enumerate(self.methods.values()):
             gl.addWidget(box, i // 3, i % 3)
-        form.addRow("race", grid)
+        form.addRow(QLabel("race these variants:"))
+        form.addRow(grid)  # a full row: beside a label the three columns would widen the panel
         form.addRow(self.knobs)
         form.addRow(self.sequential)
         form.addRow(self.show_rejected)

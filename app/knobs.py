@@ -21,6 +21,13 @@ from engine.drafters.spec import DrafterSpec, KnobField
 from engine.registry import DRAFTERS
 
 
+def narrow(combo: QComboBox, chars: int = 8) -> QComboBox:
+    """A combo box whose width does not follow its longest item (long presets and trees would widen the panel)."""
+    combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+    combo.setMinimumContentsLength(chars)
+    return combo
+
+
 def knob_widget(k: KnobField) -> QWidget:
     """The editor for one option, set to its default, with the option's help as tooltip."""
     kn = k.knob
@@ -38,7 +45,7 @@ def knob_widget(k: KnobField) -> QWidget:
         w.setRange(float(kn.lo if kn.lo is not None else 0.0), float(kn.hi if kn.hi is not None else 1e9))
         w.setValue(float(k.default))
     else:
-        w = QComboBox()
+        w = narrow(QComboBox())
         w.addItems(list(kn.choices or kn.suggestions or ()))
         w.setEditable(kn.choices is None)  # suggestions: the user may type another value (a JSON tree, say)
         w.setCurrentText(str(k.default))

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, QStandardPaths, Qt, QTimer
-from PySide6.QtGui import QAction, QActionGroup
+from PySide6.QtGui import QAction, QActionGroup, QGuiApplication
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -37,6 +38,7 @@ from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
 from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, read_session_log
 
+LEFT_MIN_WIDTH = 360  # the left column's width: every control fits in it (tests check at 1280 x 800)
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
 
 
@@ -77,15 +79,28 @@ class MainWindow(QMainWindow):
         ll = QVBoxLayout(left)
         for w in (self.model_panel, self.prompt_panel, self.gen_panel):
             ll.addWidget(w)
-        buttons = QHBoxLayout()
-        for b in (self.race_button, self.run_one_button, self.stop_button):
-            buttons.addWidget(b)
-        ll.addLayout(buttons)
         ll.addStretch(1)
         left_scroll = QScrollArea()
         left_scroll.setWidget(left)
         left_scroll.setWidgetResizable(True)
-        left_scroll.setMinimumWidth(360)
+        left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)  # fields shrink instead
+        left_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.left_scroll = left_scroll
+        button_bar = QWidget()  # outside the scroll area: Race and Stop stay visible at every size
+        buttons = QHBoxLayout(button_bar)
+        buttons.setContentsMargins(8, 4, 8, 4)
+        for b in (self.race_button, self.run_one_button, self.stop_button):
+            buttons.addWidget(b)
+        left_column = QWidget()
+        lc = QVBoxLayout(left_column)
+        lc.setContentsMargins(0, 0, 0, 0)
+        lc.setSpacing(0)
+        lc.addWidget(left_scroll, 1)
+        lc.addWidget(button_bar)
+        left_column.setMinimumWidth(LEFT_MIN_WIDTH)
+        self.race_button.setShortcut("Ctrl+R")
+        self.race_button.setToolTip("race the ticked variants on the prompt (Ctrl+R)")
+        self.stop_button.setShortcut("Esc")
 
         self.charts = ChartsWidget()
         self.race_view = RaceView(self.charts)
@@ -106,13 +121,13 @@ class MainWindow(QMainWindow):
         right.addWidget(self.tabs)
         right.setSizes([420, 380])
         split = QSplitter()
-        split.addWidget(left_scroll)
+        split.addWidget(left_column)
         split.addWidget(right)
-        split.setSizes([380, 1100])
+        split.setStretchFactor(1, 1)
         self.setCentralWidget(split)
         self._menus()
         self.statusBar().showMessage("ready")
-        self.resize(1500, 920)
+        self._fit_to_screen(split)
 
         c = self.controller
         c.event.connect(self.race_view.show_item)
@@ -137,6 +152,15 @@ class MainWindow(QMainWindow):
         self.apply_theme(self.settings.value("theme", "dark"))
         if autoload:
             self.load_models()
+
+    def _fit_to_screen(self, split: QSplitter) -> None:
+        """Open at up to 1500 x 920, never larger than the screen's free area, the left column at its minimum."""
+        screen = self.screen() or QGuiApplication.primaryScreen()
+        free = screen.availableGeometry() if screen is not None else None
+        width = min(1500, free.width() - 20) if free else 1500
+        height = min(920, free.height() - 40) if free else 920
+        self.resize(width, height)
+        split.setSizes([LEFT_MIN_WIDTH + 20, max(400, width - LEFT_MIN_WIDTH - 20)])
 
     # ---- menus, theme, messages -------------------------------------------------------------------------------
     def _menus(self) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QWidget
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.charts import ChartsWidget
 from app.lane import LaneWidget
@@ -15,6 +15,12 @@ from engine import BASELINE, RunSummary, StepEvent
 FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
 
 
+WELCOME = (
+    "<h3>Race speculative decoders against plain decoding</h3>"
+    "<p>1. The bundled demo models load on start (or pick a target under <b>Models</b>: a folder, a .gguf file, "
+    "an installed model such as SmolLM2-135M-Instruct).<br>2. Type a prompt or pick a preset.<br>"
+    "3. Press <b>Race</b> (Ctrl+R): one lane per ticked variant, tokens coloured by who proposed them.</p>"
+)
 SAMPLED = "sampled: distribution-exact, not token-identical"
 
 
@@ -25,6 +31,11 @@ class RaceView(QWidget):
         super().__init__()
         self.charts = charts
         self.layout_ = QHBoxLayout(self)
+        self.welcome = QLabel(WELCOME)  # what an empty window says to do first
+        self.welcome.setWordWrap(True)
+        self.welcome.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.welcome.setObjectName("welcome")
+        self.layout_.addWidget(self.welcome)
         self.lanes: dict[str, LaneWidget] = {}
         self.settings: dict = {}  # the run's settings (sampling, dtype): why lanes may differ from the baseline
         self.show_rejected = False
@@ -43,6 +54,7 @@ class RaceView(QWidget):
     def reset(self, names: list[str], settings: dict) -> None:
         """Fresh lanes and chart series for a new run."""
         self.stop_replay()
+        self.welcome.setVisible(False)
         for w in self.lanes.values():
             self.layout_.removeWidget(w)
             w.deleteLater()
@@ -51,9 +63,10 @@ class RaceView(QWidget):
         self.settings = settings
         for n in names:
             lane = LaneWidget(n)
+            lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
             lane.stepClicked.connect(self.stepClicked)
-            self.layout_.addWidget(lane)
+            self.layout_.addWidget(lane, 1)  # equal widths that do not jump as text arrives
             self.lanes[n] = lane
             self.charts.add_lane(n)
 

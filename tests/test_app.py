@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QTextCursor
+from PySide6.QtWidgets import QApplication
 
 from app.export import EXPORT_FILES
 from app.main_window import MainWindow
@@ -201,6 +202,20 @@ def test_sampled_lanes_are_labelled_exact_in_distribution_not_as_errors(qtbot, t
     label = win.lanes["vanilla"].match
     assert "sampled: distribution-exact, not token-identical" in label.text()
     assert "✗" not in label.text() and "#ef5350" not in label.styleSheet()
+
+
+@pytest.mark.parametrize("size", [(1600, 1000), (1280, 800), (1024, 700)])
+def test_controls_fit_and_race_stays_visible(qtbot, tiny_window, size):
+    win = tiny_window
+    win.resize(*size)
+    qtbot.waitUntil(lambda: win.width() <= size[0])
+    QApplication.processEvents()
+    content = win.left_scroll.widget()
+    assert content.minimumSizeHint().width() <= win.left_scroll.viewport().width(), "the left panel is clipped"
+    assert win.left_scroll.horizontalScrollBar().maximum() == 0  # nothing scrolls sideways
+    for button in (win.race_button, win.stop_button):
+        corner = button.mapTo(win, button.rect().bottomRight())
+        assert button.isVisible() and corner.y() <= win.height() and corner.x() <= win.width(), button.text()
 
 
 def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
