@@ -357,8 +357,13 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, name: str, message: str) -> None:
         self._finish_job()
-        if name == "load":
-            self.model_panel.info.setText("no model loaded" if not self.models else self.model_panel.info.text())
+        if name == "load":  # the previous models stay loaded; say so instead of "loading …"
+            kept = self.controller.session
+            self.model_panel.info.setText(
+                "load failed: no model loaded"
+                if kept is None
+                else "load failed; still loaded:\n" + "\n".join(kept.summary_lines())
+            )
         self.show_error(message)
 
     # ---- inspecting ------------------------------------------------------------------------------------------
@@ -412,11 +417,12 @@ class MainWindow(QMainWindow):
         items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]
         items += [(s.wall_seconds, s.variant, s) for s in log.summaries]
         self.race_view.play(items, recorded_speed)
-        if not recorded_speed:
-            self.statusBar().showMessage(
-                f"opened {path.name}: {len(log.steps)} steps"
-                + (" (the file ends in a cut line)" if log.truncated else "")
-            )
+        notes = [n for n in (log.skipped_note(), "the file ends in a cut line" if log.truncated else "") if n]
+        self.statusBar().showMessage(
+            f"opened {path.name}: {len(log.steps)} steps" + (f" ({'; '.join(notes)})" if notes else "")
+        )
+        if log.skipped:
+            self.show_error(f"{path.name}: {log.skipped_note()}")
 
     # ---- shutdown ---------------------------------------------------------------------------------------------
     def save_settings(self) -> None:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import os
 import platform
+import types
+import typing
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 from engine.errors import GlanceError
@@ -90,35 +93,112 @@ class SessionLog:
     steps: list[StepEvent] = field(default_factory=list)
     summaries: list[RunSummary] = field(default_factory=list)
     truncated: bool = False  # the file ended in a partial line (a crash mid-write)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, why) of lines that were not read
+
+    def skipped_note(self) -> str:
+        """One line about skipped lines for a status bar ("" when none)."""
+        if not self.skipped:
+            return ""
+        first = ", ".join(f"line {n} ({why})" for n, why in self.skipped[:3])
+        more = f" and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return f"skipped {len(self.skipped)} unreadable line(s): {first}{more}"
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict | None, str]]:
+    """(line number, record or None, why not) for every complete line; a last line without its newline (cut
+    mid-write) is not yielded."""
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            if not raw.endswith(b"\n"):
+                return
+            try:
+                rec = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                yield number, None, "not JSON"
+                continue
+            if not isinstance(rec, dict):
+                yield number, None, "not a JSON object"
+                continue
+            yield number, rec, ""
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[dict]:
-    """Complete JSON lines of the file; a last line without its newline (cut mid-write) is skipped."""
-    with open(path, "rb") as fh:
-        for raw in fh:
-            if not raw.endswith(b"\n"):
-                return
-            yield json.loads(raw)
+    """The complete, well-formed JSON object lines of the file."""
+    for _, rec, _ in iter_lines(path):
+        if rec is not None:
+            yield rec
+
+
+def _fits(value, hint) -> bool:
+    """Whether a JSON value fits a field's type hint (int, float, str, bool, list[...], dict, X | None)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    origin = typing.get_origin(hint) or hint
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and (not args or all(_fits(v, args[0]) for v in value))
+    return isinstance(value, origin)
+
+
+def parse_record(cls, rec: dict):
+    """A StepEvent or RunSummary from a log record, every field present and of its type; GlanceError naming the
+    field otherwise."""
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclass_fields(cls)}
+    unknown = sorted(set(rec) - set(known))
+    if unknown:
+        raise GlanceError(f"unknown field {unknown[0]!r}")
+    for name, f in known.items():
+        if name not in rec:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise GlanceError(f"missing field {name!r}")
+            continue
+        if not _fits(rec[name], hints[name]):
+            raise GlanceError(f"field {name!r} is {type(rec[name]).__name__}, not {hints[name]}")
+    return cls(**rec)
 
 
 def read_session_log(path: str | os.PathLike) -> SessionLog:
-    """Read a log back into events and summaries."""
+    """Read a log back into events and summaries. Lines that are not JSON objects, of an unknown type or with a
+    missing or mistyped field are skipped and listed in `skipped`; only a file without a header is refused."""
     path = Path(path)
     if not path.exists():
         raise GlanceError(f"session log not found: {path}")
-    records = iter_records(path)
-    try:
-        header = next(records)
-    except StopIteration:
-        raise GlanceError(f"{path} is empty or holds no complete line") from None
-    if header.get("type") != "header":
+    if path.is_dir():
+        raise GlanceError(f"{path} is a folder, not a session log")
+    lines = iter_lines(path)
+    first = next(lines, None)
+    if first is None:
+        raise GlanceError(f"{path} is empty or holds no complete line")
+    _, header, _ = first
+    if header is None or header.get("type") != "header":
         raise GlanceError(f"{path} is not a Glance session log (its first line is not a header)")
     log = SessionLog(header)
-    for rec in records:
-        kind = rec.pop("type")
-        if kind == "step":
-            log.steps.append(StepEvent(**rec))
-        elif kind == "summary":
-            log.summaries.append(RunSummary(**rec))
-    log.truncated = not path.read_bytes().endswith(b"\n")
+    kinds = {"step": (StepEvent, log.steps), "summary": (RunSummary, log.summaries)}
+    for number, rec, why in lines:
+        if rec is None:
+            log.skipped.append((number, why))
+            continue
+        kind = rec.pop("type", None)
+        if kind == "header":
+            continue  # a second run appended to the same file
+        if kind not in kinds:
+            log.skipped.append((number, f"unknown type {kind!r}"))
+            continue
+        cls, into = kinds[kind]
+        try:
+            into.append(parse_record(cls, rec))
+        except GlanceError as exc:
+            log.skipped.append((number, str(exc)))
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():
+            fh.seek(-1, os.SEEK_END)
+            log.truncated = fh.read(1) != b"\n"
     return log

@@ -226,7 +226,8 @@ def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window
     win.load_models()
     qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
     assert win.banner.isVisible() and "no config.json" in win.banner.text()
-    assert win.models is not None  # the previous models are kept
+    assert win.models is not None  # the previous models are kept, and the panel says so
+    assert "loading" not in win.model_panel.info.text() and "still loaded" in win.model_panel.info.text()
     win.prompt_panel.text.setPlainText("   ")
     win.race()
     assert "prompt is empty" in win.banner.text()

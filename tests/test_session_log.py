@@ -70,3 +70,28 @@ def test_not_a_log(tmp_path):
         read_session_log(path)
     with pytest.raises(GlanceError, match="not found"):
         read_session_log(tmp_path / "missing.jsonl")
+
+
+def test_bad_lines_are_skipped_and_named_never_raised(tmp_path):
+    path = tmp_path / "s.jsonl"
+    items = _write_run(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    step = json.loads(lines[2])
+    mistyped = dict(step, new_tokens="many")
+    unknown = dict(step, surprise=1)
+    missing = {k: v for k, v in step.items() if k != "tokens"}
+    bad = [b"{not json\n", b"[1, 2]\n", (json.dumps(mistyped) + "\n").encode(), (json.dumps(unknown) + "\n").encode()]
+    bad += [(json.dumps(missing) + "\n").encode(), b'{"type": "weird"}\n']
+    path.write_bytes(b"".join(lines[:2] + bad + lines[2:]))
+    log = read_session_log(path)
+    assert [e.to_dict() for e in log.steps] == [e.to_dict() for e in items[:-1]]  # every good line still read
+    assert [n for n, _ in log.skipped] == [3, 4, 5, 6, 7, 8]
+    reasons = [why for _, why in log.skipped]
+    assert reasons[:2] == ["not JSON", "not a JSON object"]
+    assert "new_tokens" in reasons[2] and "surprise" in reasons[3] and "tokens" in reasons[4]
+    assert (
+        "__init__" not in log.skipped_note() and "skipped 6 unreadable line(s): line 3 (not JSON)" in log.skipped_note()
+    )
+    path.write_bytes(b"[]\n")
+    with pytest.raises(GlanceError, match="not a Glance session log"):
+        read_session_log(path)
