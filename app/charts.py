@@ -1,5 +1,7 @@
-"""Live charts, one color per variant on shared axes: accepted length per step, throughput over each lane's own
-clock, histogram of accepted lengths, and acceptance by draft depth. Items are created once and fed by setData."""
+"""Live charts, one colour per variant on shared axes. First the race itself: tokens generated against each lane's own
+clock, the finish marked. Then accepted length per step, the histogram of accepted lengths (bars side by side) and
+acceptance by draft depth; plain decoding is left out of those three (it always accepts one token and would only
+stretch their axes). Items are created once and fed by setData."""
 
 from __future__ import annotations
 
@@ -12,14 +14,16 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QGridLayout, QWidget
 
 from app.theme import variant_color
-from engine import RunStats, StepEvent
+from engine import BASELINE, RunStats, RunSummary, StepEvent
 
 CHARTS = {
+    "race": ("The race: tokens generated", "lane clock (s)", "tokens"),
     "accepted": ("Accepted length per step", "step", "tokens"),
-    "throughput": ("Throughput", "lane clock (s)", "tokens/s"),
     "histogram": ("Accepted lengths", "tokens per step", "steps"),
     "depth": ("Acceptance by draft depth", "depth", "P(accept | reached)"),
 }
+SPECULATIVE_ONLY = ("accepted", "histogram", "depth")  # charts where plain decoding carries no information
+THEMES = {"dark": ("#14161c", "#c8ccd4"), "light": ("#ffffff", "#30343c")}  # background, axes and text
 
 
 @dataclass
@@ -27,7 +31,7 @@ class LaneSeries:
     steps: list[int] = field(default_factory=list)
     lengths: list[int] = field(default_factory=list)
     clocks: list[float] = field(default_factory=list)
-    rates: list[float] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
     stats: RunStats = field(default_factory=RunStats)
     items: dict = field(default_factory=dict)
     dirty: bool = False  # data arrived that the plot items do not show yet
@@ -35,9 +39,8 @@ class LaneSeries:
     def add(self, ev: StepEvent) -> None:
         self.dirty = True
         self.stats.add(ev)
-        if ev.clock > 0:
-            self.clocks.append(ev.clock)
-            self.rates.append(self.stats.tokens_per_second)
+        self.clocks.append(ev.clock)
+        self.tokens.append(ev.new_tokens)
         if ev.step == 0:
             return
         self.steps.append(ev.step)
@@ -56,31 +59,48 @@ class ChartsWidget(QWidget):
             w.setLabel("bottom", x)
             w.setLabel("left", y)
             w.showGrid(x=True, y=True, alpha=0.2)
-            w.addLegend(offset=(-10, 10))
+            for axis in ("bottom", "left"):
+                w.getAxis(axis).enableAutoSIPrefix(False)  # no "(x0.001)" scale notes on the axes
+            w.setMinimumSize(160, 120)
             grid.addWidget(w, i // 2, i % 2)
             self.plots[key] = w
+        # One legend, on the race chart, in columns so that every lane fits; the other charts share its colours.
+        self.legend = self.plots["race"].addLegend(offset=(8, 8), colCount=3, labelTextSize="8pt")
+        self.plots["histogram"].getAxis("bottom").setTickSpacing(1, 1)
+        self.plots["depth"].getAxis("bottom").setTickSpacing(1, 1)
+        self.plots["depth"].setYRange(0, 1)
         self.series: dict[str, LaneSeries] = {}
         self.dirty = False
+
+    def set_theme(self, theme: str) -> None:
+        """Chart background, axes and titles for the dark or light theme."""
+        background, ink = THEMES.get(theme, THEMES["dark"])
+        for key, w in self.plots.items():
+            w.setBackground(background)
+            w.setTitle(CHARTS[key][0], color=ink)
+            for axis in ("bottom", "left"):
+                ax = w.getAxis(axis)
+                ax.setPen(ink)
+                ax.setTextPen(ink)
+            w.setLabel("bottom", CHARTS[key][1], color=ink)
+            w.setLabel("left", CHARTS[key][2], color=ink)
+        self.legend.setLabelTextColor(ink)
 
     def add_lane(self, name: str) -> None:
         color = variant_color(name)
         s = LaneSeries()
         pen = pg.mkPen(color, width=2)
-        s.items["accepted"] = self.plots["accepted"].plot(
-            [], [], pen=pen, symbol="o", symbolSize=6, symbolBrush=color, name=name
-        )
-        s.items["accepted"].sigPointsClicked.connect(lambda _item, pts, *a, n=name: self._clicked(n, pts))
-        s.items["throughput"] = self.plots["throughput"].plot([], [], pen=pen, name=name)
-        s.items["histogram"] = self.plots["histogram"].plot(
-            [0, 1],
-            [0],
-            pen=pen,
-            stepMode="center",
-            fillLevel=0,
-            fillBrush=pg.mkColor(color.red(), color.green(), color.blue(), 60),
-            name=name,
-        )
-        s.items["depth"] = self.plots["depth"].plot([], [], pen=pen, symbol="s", symbolBrush=color, name=name)
+        s.items["race"] = self.plots["race"].plot([], [], pen=pen, name=name)
+        s.items["finish"] = pg.ScatterPlotItem([], [], symbol="star", size=14, brush=color, pen=pg.mkPen(color))
+        self.plots["race"].addItem(s.items["finish"])
+        if name != BASELINE:
+            s.items["accepted"] = self.plots["accepted"].plot(
+                [], [], pen=pen, symbol="o", symbolSize=5, symbolBrush=color
+            )
+            s.items["accepted"].sigPointsClicked.connect(lambda _item, pts, *a, n=name: self._clicked(n, pts))
+            s.items["histogram"] = pg.BarGraphItem(x=[], height=[], width=0.2, brush=color, pen=pg.mkPen(None))
+            self.plots["histogram"].addItem(s.items["histogram"])
+            s.items["depth"] = self.plots["depth"].plot([], [], pen=pen, symbol="s", symbolSize=6, symbolBrush=color)
         self.series[name] = s
 
     def _clicked(self, lane: str, points) -> None:
@@ -91,20 +111,32 @@ class ChartsWidget(QWidget):
         self.series[lane].add(ev)
         self.dirty = True
 
+    def finish(self, lane: str, summary: RunSummary) -> None:
+        """Mark where a lane crossed the line: its last token count at its last clock."""
+        s = self.series.get(lane)
+        if s is not None:
+            s.items["finish"].setData([summary.wall_seconds], [summary.new_tokens])
+
     def refresh(self) -> None:
         """Push buffered data into the plot items (called at screen rate, only when something changed)."""
         if not self.dirty:
             return
-        for s in self.series.values():
+        speculative = [n for n in self.series if n != BASELINE]
+        width = 0.8 / max(1, len(speculative))
+        for name, s in self.series.items():
             if not s.dirty:
                 continue
             s.dirty = False
+            s.items["race"].setData(np.array(s.clocks), np.array(s.tokens))
+            if name == BASELINE:
+                continue
             s.items["accepted"].setData(np.array(s.steps), np.array(s.lengths))
-            s.items["throughput"].setData(np.array(s.clocks), np.array(s.rates))
             counts = Counter(s.lengths)
-            top = max(counts, default=1)
-            edges = np.arange(0.5, top + 1.5)
-            s.items["histogram"].setData(edges, np.array([counts.get(k, 0) for k in range(1, top + 1)]))
+            lengths = sorted(counts)
+            offset = (speculative.index(name) - (len(speculative) - 1) / 2) * width  # bars side by side per length
+            s.items["histogram"].setOpts(
+                x=np.array(lengths, dtype=float) + offset, height=[counts[k] for k in lengths], width=width
+            )
             rates = s.stats.acceptance_by_depth
             s.items["depth"].setData(np.arange(1, len(rates) + 1), np.array(rates))
         self.dirty = False
@@ -112,10 +144,8 @@ class ChartsWidget(QWidget):
     def clear(self) -> None:
         for s in self.series.values():
             for key, item in s.items.items():
-                self.plots[key].removeItem(item)
-        for p in self.plots.values():
-            if p.plotItem.legend is not None:
-                p.plotItem.legend.clear()
+                self.plots["race" if key == "finish" else key].removeItem(item)
+        self.legend.clear()
         self.series.clear()
 
     def export_png(self, folder) -> list[str]:

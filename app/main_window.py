@@ -185,6 +185,7 @@ class MainWindow(QMainWindow):
     def apply_theme(self, theme: str) -> None:
         self.theme = theme if theme in ("dark", "light") else "dark"
         self.setStyleSheet(style_sheet(self.theme))
+        self.charts.set_theme(self.theme)
         self.settings.setValue("theme", self.theme)
 
     def show_error(self, message: str) -> None:

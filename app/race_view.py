@@ -76,6 +76,7 @@ class RaceView(QWidget):
             return
         if isinstance(item, RunSummary):
             widget.set_summary(item)
+            self.charts.finish(lane, item)
         else:
             widget.add_event(item)
             self.charts.add_event(lane, item)

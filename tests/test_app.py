@@ -79,8 +79,12 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()
         series = win.charts.series[name]
-        x, _ = series.items["accepted"].getData()
-        assert len(x) == summary.steps  # one point per verification step
+        x, y = series.items["race"].getData()
+        assert len(x) == summary.steps + 1 and y[-1] == summary.new_tokens  # the race: prefill and every step
+        assert series.items["finish"].data["x"][0] == summary.wall_seconds  # the finish is marked
+        if name != "ar":
+            x, _ = series.items["accepted"].getData()
+            assert len(x) == summary.steps  # one point per verification step
         assert f"τ {summary.mean_accepted_length:.2f}" in lane.header.text()
         assert f"{summary.tokens_per_second:6.1f} tok/s" in lane.header.text()
     assert draft_formatted_chars(win.lanes["vanilla"]) > 0
@@ -143,7 +147,7 @@ def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
     run_race(qtbot, win)
     out = tmp_path / "export"
     written = win.export_to(out)
-    for name in EXPORT_FILES + [f"chart_{k}.png" for k in ("accepted", "throughput", "histogram", "depth")]:
+    for name in EXPORT_FILES + [f"chart_{k}.png" for k in ("race", "accepted", "histogram", "depth")]:
         assert (out / name).exists() and (out / name).stat().st_size > 0, name
     assert len(written) == 8
     texts = {n: lane.text() for n, lane in win.lanes.items()}
@@ -216,6 +220,20 @@ def test_controls_fit_and_race_stays_visible(qtbot, tiny_window, size):
     for button in (win.race_button, win.stop_button):
         corner = button.mapTo(win, button.rect().bottomRight())
         assert button.isVisible() and corner.y() <= win.height() and corner.x() <= win.width(), button.text()
+
+
+def test_charts_tell_the_race_and_follow_the_theme(qtbot, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    charts = win.charts
+    assert "accepted" not in charts.series["ar"].items  # plain decoding's one-token steps stay off those charts
+    assert set(charts.series["vanilla"].items) >= {"race", "finish", "accepted", "histogram", "depth"}
+    assert len(charts.legend.items) == 2
+    assert not charts.plots["race"].getAxis("left").autoSIPrefix
+    win.apply_theme("light")
+    assert charts.plots["race"].backgroundBrush().color().name() == "#ffffff"
+    win.apply_theme("dark")
+    assert charts.plots["race"].backgroundBrush().color().name() != "#ffffff"
 
 
 def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
