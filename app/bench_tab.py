@@ -10,23 +10,25 @@ from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
-    QFormLayout,
-    QHBoxLayout,
+    QGridLayout,
+    QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
     QSpinBox,
     QSplitter,
     QTextBrowser,
+    QVBoxLayout,
     QWidget,
 )
 
-from app.controls import _row
 from app.theme import variant_color
 from engine.bench.reference import REFERENCES
 from engine.bench.report import LABELS, markdown, write
 from engine.errors import GlanceError
+from engine.sampling import SamplingConfig
 
 
 class BenchmarkTab(QWidget):
@@ -46,7 +48,16 @@ class BenchmarkTab(QWidget):
         self.max_new.setRange(1, 4096)
         self.max_new.setValue(48)
         self.batch_sizes = QLineEdit("1,2,4,8")
-        self.references = QCheckBox("add transformers' rows (generate, assisted, prompt lookup)")
+        self.temperature = QDoubleSpinBox()
+        self.temperature.setRange(0.0, 5.0)
+        self.temperature.setSingleStep(0.1)
+        self.temperature.setToolTip("0 = greedy (the benchmark's own setting, not the race panel's)")
+        self.seed = QSpinBox()
+        self.seed.setRange(0, 2**31 - 1)
+        self.references = QCheckBox("transformers' rows")
+        self.references.setToolTip(
+            "add transformers' generate, assisted generation and prompt lookup as reference rows"
+        )
         self.references.setChecked(True)
         self.run = QPushButton("Run benchmark")
         self.export = QPushButton("Export…")
@@ -59,22 +70,26 @@ class BenchmarkTab(QWidget):
         self.plot.addLegend(offset=(10, 10))
         self.results: dict | None = None
 
-        form = QFormLayout()
-        form.addRow("run", self.mode)
-        form.addRow("prompts / repeats", _row(self.prompts, self.repeats))
-        form.addRow("max new tokens", self.max_new)
-        form.addRow("batch sizes (sweep)", self.batch_sizes)
-        form.addRow(self.references)
-        form.addRow(_row(self.run, self.export))
-        form.addRow(self.progress)
-        controls = QWidget()
-        controls.setLayout(form)
+        # Controls in two rows on top, so the table gets the tab's full width (beside a form it squeezed its headers).
+        controls = QGridLayout()
+        row0 = [("run", self.mode), ("prompts", self.prompts), ("repeats", self.repeats), ("max new", self.max_new)]
+        row1 = [("temperature", self.temperature), ("seed", self.seed), ("batch sizes", self.batch_sizes)]
+        for r, row in enumerate((row0, row1)):
+            for c, (label, widget) in enumerate(row):
+                controls.addWidget(QLabel(label), r, 2 * c)
+                controls.addWidget(widget, r, 2 * c + 1)
+        controls.addWidget(self.references, 1, 6)
+        controls.addWidget(self.run, 0, 8)
+        controls.addWidget(self.export, 1, 8)
+        controls.setColumnStretch(7, 1)
+        self.table.setMinimumWidth(420)
         split = QSplitter()
         split.addWidget(self.table)
         split.addWidget(self.plot)
         split.setSizes([700, 400])
-        lay = QHBoxLayout(self)
-        lay.addWidget(controls)
+        lay = QVBoxLayout(self)
+        lay.addLayout(controls)
+        lay.addWidget(self.progress)
         lay.addWidget(split, 1)
         self.run.clicked.connect(self.runRequested.emit)
         self.export.clicked.connect(self._ask_export)
@@ -94,6 +109,10 @@ class BenchmarkTab(QWidget):
     def methods(self, available: list[str], has_draft: bool) -> list[str]:
         refs = [r for r in REFERENCES if r != "hf_assisted" or has_draft] if self.references.isChecked() else []
         return available + (refs if self.mode.currentText() == "prompt suite" else [])
+
+    def sampling(self) -> SamplingConfig:
+        """The benchmark's own sampling settings (shown in its controls, recorded in its results)."""
+        return SamplingConfig(self.temperature.value(), 1.0, self.seed.value())
 
     def set_running(self, running: bool) -> None:
         self.run.setEnabled(not running)
@@ -115,6 +134,7 @@ class BenchmarkTab(QWidget):
             sw = results["sweep"]
             self.mode.setCurrentText("batch sweep")  # the controls show what produced the results
             self.batch_sizes.setText(",".join(str(b) for b in sw["batch_sizes"]))
+            self.plot.getAxis("left").setTicks(None)
             self.plot.setLabel("bottom", "batch size")
             self.plot.setLabel("left", "speedup over batched plain decoding")
             for m in sw["methods"]:
@@ -128,12 +148,16 @@ class BenchmarkTab(QWidget):
         elif "suite" in results:
             self.mode.setCurrentText("prompt suite")
             methods = [m for m, r in results["suite"]["methods"].items() if r.get("speedup") is not None]
-            self.plot.setLabel("bottom", "method")
-            self.plot.setLabel("left", "speedup over plain decoding")
+            # Horizontal bars: the method names sit one per row on the left axis and never overlap.
+            self.plot.setLabel("bottom", "speedup over plain decoding")
+            self.plot.setLabel("left", "")
             speedups = [results["suite"]["methods"][m]["speedup"] for m in methods]
             brushes = [variant_color(m) for m in methods]
-            self.plot.addItem(pg.BarGraphItem(x=list(range(len(methods))), height=speedups, width=0.6, brushes=brushes))
-            self.plot.getAxis("bottom").setTicks([[(i, m) for i, m in enumerate(methods)]])
+            rows = list(range(len(methods)))
+            self.plot.addItem(pg.BarGraphItem(x0=0, y=rows, width=speedups, height=0.6, brushes=brushes))
+            self.plot.getAxis("left").setTicks([[(i, m) for i, m in enumerate(methods)]])
+            self.plot.getAxis("bottom").setTicks(None)
+            self.plot.addLine(x=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
 
     def export_to(self, folder: Path) -> list[Path]:
         if self.results is None:

@@ -304,7 +304,7 @@ class MainWindow(QMainWindow):
 
         try:
             sizes = self.bench.sweep_sizes()
-            sampling = self._sampling()
+            sampling = self.bench.sampling()
             options = self._drafter_options()
         except GlanceError as exc:
             self.show_error(str(exc))

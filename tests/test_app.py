@@ -324,8 +324,10 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     assert {"results.json", "results.md", "batch_sweep.png"} <= names
 
     tab.mode.setCurrentText("prompt suite")
+    win.gen_panel.temperature.setValue(0.9)  # the race panel's temperature is not the benchmark's
     tab.run.click()
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    assert tab.results["settings"]["temperature"] == 0.0
     methods = tab.results["suite"]["methods"]
     assert {"ar", "vanilla", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
     assert all(m["lossless"] for m in methods.values())

@@ -105,3 +105,13 @@ def test_bench_cli_unwritable_out_keeps_the_table(model_folders, capsys, tmp_pat
     out, err = capsys.readouterr()
     assert "| plain decoding (Glance) |" in out  # the numbers were printed before the write failed
     assert err.strip().splitlines()[-1].startswith("glance: error: cannot write the results")  # after the bar
+
+
+def test_the_cost_model_stops_when_cancelled_and_reports_progress():
+    from engine.bench.cost import forward_costs
+    from tests.conftest import tiny_model
+
+    seen = []
+    assert forward_costs(tiny_model("llama"), sizes=(1, 2), context=8, repeats=3, cancel=lambda: True) == {}
+    costs = forward_costs(tiny_model("llama"), sizes=(1, 2), context=8, repeats=3, progress=lambda *a: seen.append(a))
+    assert set(costs) == {1, 2} and [d for d, _, _ in seen] == [0, 1, 2] and "cost model" in seen[0][2]

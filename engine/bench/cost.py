@@ -28,18 +28,23 @@ def chain_expected_length(acceptance: float, gamma: int) -> float:
 
 @torch.no_grad()
 def forward_costs(
-    model: torch.nn.Module, sizes=FORWARD_SIZES, context: int = 128, repeats: int = 5
+    model: torch.nn.Module, sizes=FORWARD_SIZES, context: int = 128, repeats: int = 5, cancel=None, progress=None
 ) -> dict[int, float]:
     """Median seconds of one cached target forward over k new tokens after `context` tokens, for each k. The sizes
-    are measured in interleaved rounds, so drift in the machine's speed hits every k alike."""
+    are measured in interleaved rounds, so drift in the machine's speed hits every k alike. `cancel()` true: stops
+    after the current forward and returns {}; `progress(done, total, what)` is called once per round."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
     prefix = torch.randint(0, vocab, (1, context), device=device)
     cache = DynamicCache(config=model.config)
     model(input_ids=prefix, cache=cache, use_cache=True)
     times: dict[int, list[float]] = {k: [] for k in sizes}
-    for _ in range(repeats):
+    for r in range(repeats):
+        if progress is not None:
+            progress(r, repeats, "cost model: timing target forwards")
         for k in sizes:
+            if cancel is not None and cancel():
+                return {}
             step = torch.randint(0, vocab, (1, k), device=device)
             t = time.perf_counter()
             model(input_ids=step, cache=cache, use_cache=True)

@@ -44,7 +44,9 @@ def run_benchmark(
         return results
     suite = run_suite(setup, prompts, methods, repeats, progress, cancel)
     results["suite"] = suite
-    costs = forward_costs(target.model)
+    costs = forward_costs(target.model, cancel=cancel, progress=progress)
+    if not costs:  # stopped
+        return results
     results["cost_model"] = {
         "forward_ms": {k: round(v * 1e3, 3) for k, v in costs.items()},
         "fit_ms": dict(zip(("a", "b"), (round(x * 1e3, 4) for x in fit_line(costs)))),
