@@ -72,17 +72,22 @@ class BenchmarkTab(QWidget):
 
         # Controls in two rows on top, so the table gets the tab's full width (beside a form it squeezed its headers).
         controls = QGridLayout()
-        row0 = [("run", self.mode), ("prompts", self.prompts), ("repeats", self.repeats), ("max new", self.max_new)]
-        row1 = [("temperature", self.temperature), ("seed", self.seed), ("batch sizes", self.batch_sizes)]
-        for r, row in enumerate((row0, row1)):
+        rows = [
+            [("run", self.mode), ("prompts", self.prompts), ("repeats", self.repeats)],
+            [("max new", self.max_new), ("temperature", self.temperature), ("seed", self.seed)],
+            [("batch sizes", self.batch_sizes)],
+        ]
+        for r, row in enumerate(rows):
             for c, (label, widget) in enumerate(row):
                 controls.addWidget(QLabel(label), r, 2 * c)
                 controls.addWidget(widget, r, 2 * c + 1)
-        controls.addWidget(self.references, 1, 6)
-        controls.addWidget(self.run, 0, 8)
-        controls.addWidget(self.export, 1, 8)
-        controls.setColumnStretch(7, 1)
-        self.table.setMinimumWidth(420)
+        controls.addWidget(self.references, 2, 2, 1, 4)
+        controls.addWidget(self.run, 0, 7)
+        controls.addWidget(self.export, 1, 7)
+        self.mode.setMinimumContentsLength(6)
+        self.mode.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        controls.setColumnStretch(6, 1)
+        self.table.setMinimumWidth(300)
         split = QSplitter()
         split.addWidget(self.table)
         split.addWidget(self.plot)

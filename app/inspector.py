@@ -11,20 +11,29 @@ from app.theme import REJECTED
 from engine import StepEvent
 from engine.tree import is_chain, node_depths
 
+EMPTY = "Click a token or a point on the accepted-length chart to inspect its step."
+
 
 class StepInspector(QWidget):
     def __init__(self) -> None:
         super().__init__()
-        self.title = QLabel("Click a token or a point on the accepted-length chart to inspect its step.")
+        self.title = QLabel(EMPTY)
         self.title.setWordWrap(True)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["node", "token", "depth", "verdict", "target's top tokens (p)"])
-        self.tree.setColumnWidth(0, 110)
+        self.tree.setColumnWidth(0, 90)
+        self.tree.header().setStretchLastSection(True)
         self.tree.setColumnWidth(1, 200)
         lay = QVBoxLayout(self)
         lay.addWidget(self.title)
         lay.addWidget(self.tree)
         self.shown: tuple[str, int] | None = None
+
+    def clear(self) -> None:
+        """Forget the shown step (a new race started)."""
+        self.shown = None
+        self.tree.clear()
+        self.title.setText(EMPTY)
 
     def show_step(self, lane: str, ev: StepEvent, decode: Callable[[int], str]) -> None:
         self.shown = (lane, ev.step)

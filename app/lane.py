@@ -82,6 +82,19 @@ class TokenView(QTextEdit):
         self.steps.clear()
 
 
+STOP_WORDS = {"max_new_tokens": "reached max tokens", "eos": "end of text", "cancelled": "stopped"}
+HEADER_HELP = (
+    "tok/s: new tokens per second on this lane's own clock · τ (tau): tokens emitted per verification step, the "
+    "target's own token included (plain decoding: 1.00) · acc: accepted draft tokens / drafted · Nx: speed over "
+    "plain decoding in this race"
+)
+
+
+def visible_whitespace(text: str) -> str:
+    """Spaces and line breaks as visible marks, for struck-through rejected tokens."""
+    return text.replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
+
+
 class LaneWidget(QFrame):
     """Title, stats header and token view of one variant."""
 
@@ -103,6 +116,8 @@ class LaneWidget(QFrame):
         self.header = QLabel("waiting")
         self.header.setObjectName("laneStats")
         self.header.setWordWrap(True)
+        self.header.setToolTip(HEADER_HELP)
+        self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing())  # token areas start level
         self.match = QLabel("")
         self.match.setWordWrap(True)
         self.view = TokenView()
@@ -163,7 +178,8 @@ class LaneWidget(QFrame):
             for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
                 if k == n_acc and self.show_rejected:  # rejected draft tokens go before the target's correction
                     for rp in ev.extra.get("rejected_pieces", []):
-                        cursor.insertText(rp, self._format("rejected", 0, f"step {ev.step}: rejected draft token"))
+                        shown = visible_whitespace(rp)  # struck-through spaces would read as dashes
+                        cursor.insertText(shown, self._format("rejected", 0, f"step {ev.step}: rejected draft token"))
                 self.view.mark(cursor.position(), ev.step)
                 if ev.from_draft[k]:
                     d = depth_of[ev.accepted_nodes[k]]
@@ -186,10 +202,11 @@ class LaneWidget(QFrame):
             hit = "–" if s.hit_rate is None else f"{s.hit_rate:.0%}"
             parts.append(f"pool {s.pool_size} · hit {hit}")
         if s.summary is not None:
-            parts.append(s.summary.stop_reason)
+            parts.append(STOP_WORDS.get(s.summary.stop_reason, s.summary.stop_reason))
             if s.summary.approximate:
                 parts.append("APPROXIMATE")
-        _set_text(self.header, " · ".join(parts))
+        # Items never break inside ("τ" on one line, "1.00" on the next): spaces within an item do not wrap.
+        _set_text(self.header, " · ".join(p.strip().replace(" ", "\u00a0") for p in parts))
 
     def update_match(self, baseline: LaneWidget | None, reason: str) -> None:
         if baseline is None or baseline is self:

@@ -69,9 +69,10 @@ class MainWindow(QMainWindow):
         self.banner.setStyleSheet("color: #ef5350; font-weight: bold")
         self.banner.setVisible(False)
         self.legend = QLabel(
-            "<span style='background:#4fc3f7'>&nbsp;draft token accepted&nbsp;</span> (variant color, lighter = "
-            "deeper) &nbsp; target's own token in plain text &nbsp; <s style='color:#7b8394'>rejected draft</s> "
-            "&nbsp; hover a token for step, depth and p; click it to inspect the step"
+            "<span style='background:rgba(140,155,181,0.45)'>&nbsp;drafted and accepted&nbsp;</span> (shaded in its "
+            "lane's colour, fainter = deeper in the draft) &nbsp; target's own token: plain text &nbsp; "
+            "<s style='color:#7b8394'>rejected␣draft</s> &nbsp; ✓ matches plain decoding &nbsp; hover a token for "
+            "step, depth and p; click it to inspect the step"
         )
         self.legend.setWordWrap(True)
 
@@ -292,6 +293,7 @@ class MainWindow(QMainWindow):
             return
         self.clear_error()
         self.opened_log = None  # the screen shows this race now: Export writes its log
+        self.inspector.clear()
         target = self.controller.session.target
         self.race_view.reset(methods, settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")})
         self._set_running("race")
@@ -413,6 +415,7 @@ class MainWindow(QMainWindow):
             return
         self.clear_error()
         self.opened_log = Path(path)
+        self.inspector.clear()
         names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
         self.race_view.reset(names, log.header.get("settings", {}))
         items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]

@@ -85,8 +85,9 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
         if name != "ar":
             x, _ = series.items["accepted"].getData()
             assert len(x) == summary.steps  # one point per verification step
-        assert f"τ {summary.mean_accepted_length:.2f}" in lane.header.text()
-        assert f"{summary.tokens_per_second:6.1f} tok/s" in lane.header.text()
+        header = lane.header.text().replace("\u00a0", " ")
+        assert f"τ {summary.mean_accepted_length:.2f}" in header
+        assert f"{summary.tokens_per_second:.1f} tok/s" in header
     assert draft_formatted_chars(win.lanes["vanilla"]) > 0
     assert draft_formatted_chars(win.lanes["ar"]) == 0
     assert "matches the baseline" in win.lanes["vanilla"].match.text()
@@ -94,7 +95,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     assert draft_formatted_chars(win.lanes["eagle"]) > 0
     lookahead = win.lanes["lookahead"]
     assert draft_formatted_chars(lookahead) > 0 and "matches the baseline" in lookahead.match.text()
-    assert f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text() and lookahead.stats.pool_size > 0
+    assert f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text().replace("\u00a0", " ") and lookahead.stats.pool_size > 0
     step = next(e.step for e in lookahead.events if e.extra.get("ngrams"))
     win.inspect("lookahead", step)
     labels = [win.inspector.tree.topLevelItem(i).text(0) for i in range(win.inspector.tree.topLevelItemCount())]
@@ -112,10 +113,14 @@ def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):
     win.inspect("vanilla", step)
     assert win.inspector.shown == ("vanilla", step)
     assert win.inspector.tree.topLevelItemCount() == 1
+    header = vanilla.header.text()
+    assert "τ\u00a0" in header and "max_new_tokens" not in header and "τ " not in header  # no break inside items
     # show rejected re-renders without losing text
     text = vanilla.text()
     win.gen_panel.show_rejected.setChecked(True)
     assert vanilla.text().startswith(text[:5])
+    run_race(qtbot, win)
+    assert win.inspector.shown is None  # a new race: the previous race's step is not kept
 
 
 def test_stop_mid_race_keeps_partial_results(qtbot, tmp_path, model_folders, closing):
@@ -347,7 +352,7 @@ def test_a_finished_race_leaves_an_idle_window(qtbot, tiny_window, monkeypatch):
     qtbot.waitUntil(lambda: not win.frame.isActive(), timeout=5_000)
     assert not any(lane.dirty for lane in win.lanes.values())
     headers = {n: lane.header.text() for n, lane in win.lanes.items()}
-    assert all("max_new_tokens" in h for h in headers.values())  # the summaries were drawn
+    assert all("reached\u00a0max\u00a0tokens" in h for h in headers.values())  # the summaries were drawn
     calls = []
     monkeypatch.setattr(LaneWidget, "flush", lambda self: calls.append(self.name))
     monkeypatch.setattr(LaneWidget, "update_header", lambda self, *a: calls.append(self.name))
