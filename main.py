@@ -18,9 +18,12 @@ def run() -> int:
                 file=sys.stderr,
             )
             return 2
+        from app.startup import show_starting
+
+        splash = show_starting()  # on screen in well under a second, while torch and transformers import
         from app.main_window import launch  # any other import error is a bug and shows its traceback
 
-        return launch()
+        return launch(splash)
     from engine.cli import main
 
     return main(sys.argv[1:])

@@ -441,8 +441,8 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
-def launch() -> int:
-    """Open the window on Qt's event loop with asyncio running on it (qasync)."""
+def launch(splash: QWidget | None = None) -> int:
+    """Open the window on Qt's event loop with asyncio running on it (qasync); close the start-up splash."""
     import qasync
 
     app = QApplication.instance() or QApplication(sys.argv)
@@ -453,6 +453,8 @@ def launch() -> int:
     asyncio.set_event_loop(loop)
     window = MainWindow()
     window.show()
+    if splash is not None:
+        splash.close()
     exit_after = os.environ.get("GLANCE_EXIT_AFTER_MS")  # smoke tests: open, load, then quit by themselves
     if exit_after:
         QTimer.singleShot(int(exit_after), window.close)

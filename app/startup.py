@@ -1,0 +1,24 @@
+"""What the user sees while Python imports torch and transformers (seconds): a small window saying Glance is
+starting. Imports only Qt, so it appears at once; the main window closes it when it shows."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication, QLabel
+
+
+def show_starting() -> QLabel:
+    app = QApplication.instance() or QApplication(sys.argv)
+    app.setApplicationName("Glance")
+    app.setOrganizationName("Glance")
+    splash = QLabel("Glance is starting …\nloading the decoding engine (torch, transformers)")
+    splash.setWindowFlags(Qt.WindowType.SplashScreen | Qt.WindowType.FramelessWindowHint)
+    splash.setAlignment(Qt.AlignmentFlag.AlignCenter)
+    splash.setStyleSheet("QLabel { background: #1c1f26; color: #e5e9f0; padding: 28px; font-size: 14px; }")
+    splash.resize(420, 120)
+    splash.show()
+    for _ in range(3):  # let the window system map and paint it before the imports block the thread
+        app.processEvents()
+    return splash
