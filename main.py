@@ -18,7 +18,12 @@ def run() -> int:
                 file=sys.stderr,
             )
             return 2
-        from app.startup import show_starting
+        from app.startup import missing_system_libraries, show_starting
+
+        missing = missing_system_libraries()
+        if missing:  # Qt would abort with "could not load the Qt platform plugin xcb" and no hint
+            print(missing, file=sys.stderr)
+            return 2
 
         splash = show_starting()  # on screen in well under a second, while torch and transformers import
         from app.main_window import launch  # any other import error is a bug and shows its traceback

@@ -9,6 +9,23 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QLabel
 
 
+def missing_system_libraries() -> str:
+    """On Linux with X11, the one system library Qt's xcb plugin needs that minimal installs lack; "" otherwise."""
+    import ctypes.util
+    import os
+
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM", "xcb") not in ("", "xcb"):
+        return ""
+    if os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("DISPLAY"):
+        return ""
+    if ctypes.util.find_library("xcb-cursor") is None:
+        return (
+            "glance: Qt's X11 plugin needs libxcb-cursor0, which is not installed: run "
+            "`sudo apt-get install libxcb-cursor0` (Debian/Ubuntu) or your system's equivalent"
+        )
+    return ""
+
+
 def show_starting() -> QLabel:
     app = QApplication.instance() or QApplication(sys.argv)
     app.setApplicationName("Glance")

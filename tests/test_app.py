@@ -382,3 +382,20 @@ def test_settings_are_saved_when_they_change(qtbot, tmp_path, tiny_window):
     restore_settings(*panels, stored)
     assert panels[2].knobs.values()["eagle_top_k"] == 5 and panels[2].knobs.values()["lookahead_context"] is False
     assert panels[2].max_new.value() == 37
+
+
+def test_a_missing_xcb_cursor_library_is_named_with_its_fix(monkeypatch):
+    import ctypes.util
+
+    from app.startup import missing_system_libraries
+
+    monkeypatch.setattr("sys.platform", "linux")
+    monkeypatch.setenv("QT_QPA_PLATFORM", "xcb")
+    monkeypatch.setenv("DISPLAY", ":0")
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert "sudo apt-get install libxcb-cursor0" in missing_system_libraries()
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: f"lib{name}.so")
+    assert missing_system_libraries() == ""
+    monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
+    monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
+    assert missing_system_libraries() == ""
