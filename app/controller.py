@@ -86,8 +86,8 @@ class Controller(QObject):
         if session is None:
             raise GlanceError("no model is loaded: press Load first")
         prompt_ids = session.encode(prompt)
-        for m in settings.methods:
-            session.decoder(m, settings)  # a bad option or a missing part fails now, with its message
+        for m in settings.methods:  # a bad option, a missing part or a run too long fails now, with its message
+            session.decoder(m, settings).check_fits(len(prompt_ids))
         self.race_settings = settings
         self.decoders = {m: PieceDecoder(session.tokenizer) for m in settings.methods}
         self._open_log(session, settings, prompt, prompt_ids)

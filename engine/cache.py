@@ -31,8 +31,24 @@ def new_cache(config):
     return DynamicCache() if sliding_window(config) else DynamicCache(config=config)
 
 
+def context_limit(config) -> int | None:
+    """The most positions the model was built for (max_position_embeddings, GPT-2's n_positions), or None."""
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
 def check_window(config, positions: int, who: str = "the target") -> None:
-    """Refuse a run that would reach past a sliding attention window: Glance's caches do not slide."""
+    """Refuse a run that would reach past the model's context length or a sliding attention window (Glance's
+    caches do not slide), before anything runs."""
+    limit = context_limit(config)
+    if limit is not None and positions > limit:
+        raise GlanceError(
+            f"{who} takes at most {limit} positions and this run needs {positions} (prompt + new tokens + "
+            "drafting): shorten the prompt or ask for fewer new tokens"
+        )
     window = sliding_window(config)
     if window is not None and positions > window:
         raise GlanceError(

@@ -67,6 +67,11 @@ class Decoder:
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
+    def check_fits(self, prompt_tokens: int) -> None:
+        """GlanceError when a run of this prompt length would reach past the target's or the drafter's context."""
+        check_window(self.target.config, prompt_tokens + self.max_new_tokens + self.drafter.extra_positions)
+        self.drafter.check_context(prompt_tokens + self.max_new_tokens)
+
     def _forward(self, ids: torch.Tensor, cache, draft: Draft | None = None):
         """Target forward over `ids` [1, S]; with a draft, ids are [pending] + tree nodes + side tokens under the
         draft's mask and positions."""
@@ -106,8 +111,7 @@ class Decoder:
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
         drafter.reset()
-        check_window(self.target.config, len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)
-        self.drafter.check_context(len(prompt_ids) + self.max_new_tokens)
+        self.check_fits(len(prompt_ids))
         cache = new_cache(self.target.config)
         state = DecodeState(list(prompt_ids), len(prompt_ids), self.sampling, gen)
         new: list[int] = []

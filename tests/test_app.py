@@ -254,8 +254,11 @@ def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window
     win.prompt_panel.text.setPlainText("   ")
     win.race()
     assert "prompt is empty" in win.banner.text()
+    win.prompt_panel.text.setPlainText("x = 1\n" * 300)  # past the tiny target's 256 positions
+    win.race()
+    assert win.job is None and "takes at most 256 positions" in win.banner.text()
     win.prompt_panel.text.setPlainText("def add(a, b):")
-    win.gen_panel.max_new.setValue(500)
+    win.gen_panel.max_new.setValue(200)
     win.race()
     win.race()  # pressed while a race runs
     assert "already running" in win.banner.text()

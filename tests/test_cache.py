@@ -65,3 +65,18 @@ def test_keep_positions_selects_in_order():
     before = cache.layers[0].keys.clone()
     keep_positions(cache, [0, 2, 5])
     assert torch.equal(cache.layers[0].keys, before[..., [0, 2, 5], :])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_run_past_the_context_length_is_refused_before_it_starts(arch):
+    from engine.decoder import Decoder
+    from engine.drafters.lookahead import LookaheadDrafter
+    from engine.errors import GlanceError
+    from tests.conftest import tiny_model
+
+    target = tiny_model(arch)  # 256 positions
+    with pytest.raises(GlanceError, match="takes at most 256 positions and this run needs 264"):
+        Decoder(target, max_new_tokens=24).generate([1] * 240)
+    assert len(Decoder(target, max_new_tokens=16).generate([1] * 240).tokens) == 16  # exactly fits
+    with pytest.raises(GlanceError, match="at most 256 positions"):  # lookahead's window needs room too
+        Decoder(target, LookaheadDrafter(window=4, ngram=3), max_new_tokens=16).generate([1] * 240)
