@@ -15,6 +15,13 @@ from engine.errors import GlanceError
 EXIT_BAD_INPUT = 2
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Argument errors in one line with the hint to --help, exit 2 (argparse prints the whole usage)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--target",
@@ -63,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     from engine.bench.reference import REFERENCES
     from engine.registry import METHODS
 
-    parser = argparse.ArgumentParser(prog="glance", description="Glance: a playground for speculative decoding.")
+    parser = OneLineParser(prog="glance", description="Glance: a playground for speculative decoding.")
     sub = parser.add_subparsers(dest="command")
 
     g = sub.add_parser("generate", help="decode one prompt with one method")

@@ -127,3 +127,14 @@ def test_lookahead_knobs(model_folders, capsys):
     assert out["token_ids"] == ar["token_ids"]
     assert {"window": 3, "ngram": 3, "guesses": 2, "context_ngrams": True}.items() <= out["settings"].items()
     _bad(capsys, ["--method", "lookahead", "--lookahead-ngram", "1", *common], "--lookahead-ngram must be between 2")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["generate", "--max-new-tokens", "x"], ["bench", "--nope"], ["train", "eagle3"], ["frobnicate"]],
+)
+def test_argument_errors_are_one_line_with_the_help_hint(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1 and "--help" in err and "usage" not in err, err
