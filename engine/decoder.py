@@ -53,7 +53,10 @@ class Decoder:
         max_new_tokens: int = 64,
         eos_token_ids: list[int] | int | None = None,
         variant: str | None = None,
+        details: bool = True,
     ):
+        """`details`: give every event the target's probability of each emitted token and its top tokens per
+        verified row (tooltips, the step inspector); benchmarks turn it off, it costs a softmax and a top-k."""
         if max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {max_new_tokens})")
         self.target = target
@@ -64,6 +67,7 @@ class Decoder:
             eos_token_ids = getattr(target.config, "eos_token_id", None)
         self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
+        self.details = details
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -95,7 +99,9 @@ class Decoder:
 
     def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
         """The target's probability of each emitted token at the row that predicted it, and its top tokens at every
-        row (softmax at T=1 when greedy), for tooltips and the step inspector."""
+        row (softmax at T=1 when greedy), for tooltips and the step inspector; nothing without `details`."""
+        if not self.details:
+            return None, None
         cfg = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=1.0)
         probs = logits_to_probs(logits, cfg)  # [rows, V]
         emitted = [round(float(probs[r, t]), 5) for r, t in zip(rows, tokens)]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
 import dataclasses
 from typing import Any
+
+import torch
 
 from engine.drafters.base import Drafter
 from engine.drafters.spec import BuildContext

@@ -99,3 +99,15 @@ def test_vanilla_confidence_stop_is_lossless_and_shortens_chains(setup, confiden
         assert res.tokens == ref
         lengths += [len(e.draft_tokens) for e in res.events[1:]]
     assert min(lengths) < 6  # the draft stopped early on doubtful tokens
+
+
+def test_events_without_details_carry_no_probabilities_and_the_same_tokens():
+    from engine.decoder import Decoder
+    from tests.conftest import tiny_model
+
+    target = tiny_model("llama")
+    full = Decoder(target, max_new_tokens=8).generate([1, 2, 3])
+    lean = Decoder(target, max_new_tokens=8, details=False).generate([1, 2, 3])
+    assert lean.tokens == full.tokens
+    assert all(e.target_probs == [] and e.target_top == [] for e in lean.events)
+    assert all(len(e.target_probs) == len(e.tokens) for e in full.events)

@@ -69,7 +69,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
             )
         return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}
     drafter = build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling)
-    decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method)
+    decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method, details=False)
     with ModelClock(setup.timed_modules()) as clock:
         res = decoder.generate(ids)
     s, st = res.summary, RunStats()
