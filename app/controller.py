@@ -8,7 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QCoreApplication, QObject, Signal
 
 from app.worker import EngineWorker, WorkerThread
 from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, Session, SessionLogWriter, StepEvent
@@ -76,7 +76,14 @@ class Controller(QObject):
 
     def load(self, target: str, paths: dict[str, str], device: str, dtype: str, allow_download: bool) -> None:
         def job(worker: EngineWorker) -> Session:
-            return Session.load(target or None, paths, device=device, dtype=dtype, allow_download=allow_download)
+            return Session.load(
+                target or None,
+                paths,
+                device=device,
+                dtype=dtype,
+                allow_download=allow_download,
+                cancel=worker.cancel.is_set,
+            )
 
         self._start("load", job)
 
@@ -85,7 +92,7 @@ class Controller(QObject):
         session = self.session
         if session is None:
             raise GlanceError("no model is loaded: press Load first")
-        prompt_ids = session.encode(prompt)
+        prompt_ids = session.encode(prompt, settings.chat)
         for m in settings.methods:  # a bad option, a missing part or a run too long fails now, with its message
             session.decoder(m, settings).check_fits(len(prompt_ids))
         self.race_settings = settings
@@ -94,6 +101,7 @@ class Controller(QObject):
 
         def job(worker: EngineWorker) -> str:
             for name, item in session.race(prompt_ids, settings, worker.cancel):
+                self._record(name, item)  # here, between steps and outside every lane's clock, as the CLI does
                 worker.event.emit(name, item)
             return "cancelled" if worker.cancel.is_set() else "finished"
 
@@ -130,7 +138,10 @@ class Controller(QObject):
         self.thread.worker.cancel.set()
 
     def close(self) -> None:
+        """Cancel and wait for the job, deliver the events it queued before it ended (the log keeps every step and
+        summary already produced), then close the log."""
         self.thread.stop()
+        QCoreApplication.sendPostedEvents(self)
         self._close_log()
 
     # ---- session log --------------------------------------------------------------------------------------------
@@ -153,17 +164,27 @@ class Controller(QObject):
             self.log = None
 
     # ---- from the worker ------------------------------------------------------------------------------------------
-    def _on_event(self, lane: str, item) -> None:
+    def _record(self, lane: str, item) -> None:
+        """Decode the event's text pieces and append it to the log. Runs on the worker thread: on the GUI thread
+        this Python work held the interpreter lock against the engine and slowed every lane (measured by
+        app/bench_window.py)."""
         if isinstance(item, StepEvent) and "pieces" not in item.extra and lane in self.decoders:
             decoder = self.decoders[lane]
             item.extra["pieces"] = decoder.pieces(item.tokens)
             item.extra["rejected_pieces"] = [decoder.tokenizer.decode([t]) for t in rejected_tokens(item)]
-        if self.log is not None:
+        log = self.log
+        if log is not None:
             try:
-                self.log.event(item)
+                log.event(item)
             except GlanceError as exc:  # a full disk: keep racing on screen, say the log stopped
-                self._close_log()
+                self.log = None
+                try:
+                    log.close()
+                except OSError:
+                    pass
                 self.warning.emit(f"{exc}; the race continues without a log")
+
+    def _on_event(self, lane: str, item) -> None:
         self.event.emit(lane, item)
 
     def _on_done(self, name: str, result) -> None:

@@ -13,6 +13,7 @@ from app.lane import LaneWidget
 from engine import BASELINE, RunSummary, StepEvent
 
 FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
+CHART_MS = 250  # and the charts into four: their Python (setData, numpy) competes with the engine for the GIL
 
 
 WELCOME = (
@@ -39,6 +40,7 @@ class RaceView(QWidget):
         self.lanes: dict[str, LaneWidget] = {}
         self.settings: dict = {}  # the run's settings (sampling, dtype): why lanes may differ from the baseline
         self.show_rejected = False
+        self.charts_drawn = 0.0
         # Single-shot and armed only by arriving events: an idle window runs no timer at all.
         self.frame = QTimer(self)
         self.frame.setSingleShot(True)
@@ -91,8 +93,13 @@ class RaceView(QWidget):
         baseline_changed = baseline is not None and baseline.dirty
         for lane in self.lanes.values():
             lane.render(baseline, reason, baseline_changed)
-        self.charts.refresh()
-
+        now = time.perf_counter()
+        finished = all(lane.stats.summary is not None for lane in self.lanes.values())
+        if finished or now - self.charts_drawn >= CHART_MS / 1000:  # charts need not follow every frame
+            self.charts.refresh()
+            self.charts_drawn = now
+        elif self.charts.dirty and not self.frame.isActive():
+            self.frame.start()  # come back for the charts' last data
     def difference_reason(self) -> str:
         """Why a lane may differ from plain decoding under these settings; empty when it never should."""
         s = self.settings

@@ -58,8 +58,9 @@ class WorkerThread:
         self.worker.cancel.clear()
         self.worker.submitted.emit(name, job)
 
-    def stop(self, timeout_ms: int = 30000) -> bool:
-        """Cancel the running job, end the thread and wait for it; True when it ended."""
+    def stop(self) -> None:
+        """Cancel the running job and end the thread, waiting as long as the job takes to notice: a QThread
+        destroyed while it runs aborts the process (jobs check the cancel flag between steps, loads between parts)."""
         self.worker.cancel.set()
         self.thread.quit()
-        return self.thread.wait(timeout_ms)
+        self.thread.wait()

@@ -3,7 +3,7 @@ methods, race them and log what happened. The CLI and the app both go through it
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,14 +69,18 @@ class Session:
         dtype: str = "auto",
         allow_download: bool = False,
         trust_remote_code: bool = False,
+        cancel: Callable[[], bool] | None = None,
     ) -> Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
-        a part the user names none for is the bundled one; with their own target, only what they name."""
+        a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
+        true stops the load between the target and its parts (GlanceError "loading cancelled")."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
         access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
         loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
+        if cancel is not None and cancel():
+            raise GlanceError("loading cancelled")
         entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
         chosen = {}
         for part in parts():
@@ -88,7 +92,7 @@ class Session:
                 chosen[part.key] = str(part.bundled)
             elif own is not None and Path(own).exists():
                 chosen[part.key] = str(own)
-        return cls(loaded, load_parts(loaded, methods, chosen, **access))
+        return cls(loaded, load_parts(loaded, methods, chosen, cancel=cancel, **access))
 
     @property
     def tokenizer(self):

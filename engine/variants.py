@@ -80,6 +80,7 @@ def load_parts(
     paths: dict[str, str | None] | None = None,
     allow_download: bool = False,
     trust_remote_code: bool = False,
+    cancel=None,
     **named: str | None,
 ) -> dict:
     """Load what the methods need besides the target, by part key (`paths={"draft": ..., "medusa": ...}`, or the
@@ -91,6 +92,8 @@ def load_parts(
     for part in parts():
         path = paths.get(part.key)
         if part.key in needed and path:
+            if cancel is not None and cancel():
+                raise GlanceError("loading cancelled")
             out[part.key] = part.load(str(path), target, access)
             if isinstance(out[part.key], torch.nn.Module):
                 out[part.key].source = str(path)  # heads do not know their folder: logs and reports name it

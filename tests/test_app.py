@@ -74,7 +74,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     closing(win)
     assert win.models is not None and win.models["draft"] is not None, win.banner.text()
     run_race(qtbot, win)
-    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "lookahead"}
+    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead"}
     for name, lane in win.lanes.items():
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()
@@ -93,9 +93,18 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     assert "matches the baseline" in win.lanes["vanilla"].match.text()
     assert draft_formatted_chars(win.lanes["medusa"]) > 0
     assert draft_formatted_chars(win.lanes["eagle"]) > 0
+    eagle3 = win.lanes["eagle3"]
+    assert draft_formatted_chars(eagle3) > 0
+    step = next(e.step for e in eagle3.events if e.accepted_nodes)
+    win.inspect("eagle3", step)
+    node = win.inspector.tree.topLevelItem(0).child(0)
+    assert "(draft " in node.text(1) and " → " in node.text(1)  # the draft-vocabulary id and its target id
     lookahead = win.lanes["lookahead"]
     assert draft_formatted_chars(lookahead) > 0 and "matches the baseline" in lookahead.match.text()
-    assert f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text().replace("\u00a0", " ") and lookahead.stats.pool_size > 0
+    assert (
+        f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text().replace("\u00a0", " ")
+        and lookahead.stats.pool_size > 0
+    )
     step = next(e.step for e in lookahead.events if e.extra.get("ngrams"))
     win.inspect("lookahead", step)
     labels = [win.inspector.tree.topLevelItem(i).text(0) for i in range(win.inspector.tree.topLevelItemCount())]
@@ -124,27 +133,46 @@ def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):
 
 
 def test_stop_mid_race_keeps_partial_results(qtbot, tmp_path, model_folders, closing):
-    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=2000)
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=220)
     closing(win)
     win.race()
+    assert win.job == "race", win.banner.text()
     qtbot.waitUntil(lambda: all(len(lane.events) > 3 for lane in win.lanes.values()), timeout=60_000)
     win.stop()
     qtbot.waitUntil(lambda: win.job is None, timeout=10_000)
     win._render_frame()
     for lane in win.lanes.values():
         assert lane.stats.summary.stop_reason == "cancelled"
-        assert 0 < lane.stats.summary.new_tokens < 2000
+        assert 0 < lane.stats.summary.new_tokens < 220
         assert lane.text()
     log = win.log_path.read_text().splitlines()
     assert sum('"type":"summary"' in line for line in log) == len(win.lanes)  # partial runs are logged too
 
 
-def test_close_mid_race_leaves_no_thread(qtbot, tmp_path, model_folders):
-    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=2000)
+def test_close_mid_race_leaves_no_thread_and_a_complete_log(qtbot, tmp_path, model_folders):
+    from engine import read_session_log
+
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]), max_new=200)
     win.race()
     qtbot.waitUntil(lambda: any(lane.events for lane in win.lanes.values()), timeout=60_000)
+    methods = list(win.lanes)
     win.close()
     assert not win.thread.thread.isRunning()
+    log = read_session_log(win.log_path)
+    assert sorted(s.variant for s in log.summaries) == sorted(methods)  # every lane's summary reached the log
+    for s in log.summaries:  # and every step it produced before it
+        assert len([e for e in log.steps if e.variant == s.variant]) == s.steps + 1
+
+
+def test_close_during_a_slow_job_waits_for_it_and_exits_cleanly(qtbot, tmp_path, model_folders):
+    import time
+
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]))
+    qtbot.waitUntil(lambda: win.job is None, timeout=60_000)
+    win.controller._start("race", lambda worker: time.sleep(2.0) or "finished")  # a step that ignores the cancel flag
+    started = time.perf_counter()
+    win.close()
+    assert not win.thread.thread.isRunning() and time.perf_counter() - started >= 1.5
 
 
 def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
