@@ -21,7 +21,7 @@ class StepInspector(QWidget):
         self.title.setWordWrap(True)
         self.tree = QTreeWidget()
         self.tree.setHeaderLabels(["node", "token", "depth", "verdict", "target's top tokens (p)"])
-        self.tree.setColumnWidth(0, 90)
+        self.tree.setColumnWidth(0, 150)
         self.tree.header().setStretchLastSection(True)
         self.tree.setColumnWidth(1, 200)
         lay = QVBoxLayout(self)

@@ -1,5 +1,6 @@
-"""Take the README's screenshots from the real app: a race on the bundled models, the step inspector (an EAGLE-2
-step and a lookahead step), and the Benchmark tab showing the batch sweep of docs/bench-sweep/results.json.
+"""Take the README's screenshots from the real app: a race on the bundled models at 1600x1000 and 1280x800, the step
+inspector (an EAGLE-3 step with its draft-vocabulary ids, a lookahead step), and the Benchmark tab showing the batch
+sweep of docs/bench-sweep/results.json.
 
 QT_QPA_PLATFORM=offscreen python docs/screenshot.py
 QT_QPA_PLATFORM=offscreen python docs/screenshot.py --real   # race_smollm2.png: SmolLM2 with a chat prompt
@@ -34,7 +35,7 @@ def real() -> None:
     settings.setValue("max_new", 64)
     settings.setValue("dtype", "bfloat16")
     settings.setValue("prompt", REAL_PROMPT)
-    settings.setValue("methods", "ar,lookahead,prompt_lookup")
+    settings.setValue("methods", "ar,vanilla,medusa,eagle,eagle3,lookahead")
     win = MainWindow(settings=settings, autosave_dir=tmp)
     win.resize(1600, 1000)
     win.show()
@@ -79,8 +80,15 @@ def main() -> None:
     app.processEvents()
     out = Path(__file__).resolve().parent
     win.grab().save(str(out / "race.png"))
-    lane = win.lanes["eagle"] if "eagle" in win.lanes else next(iter(win.lanes.values()))
-    win.inspect(lane.name, 3)
+    win.resize(1280, 800)
+    wait(lambda: False, 1.0)  # let the layout settle at the smaller size
+    win._render_frame()
+    win.grab().save(str(out / "race_1280.png"))
+    win.resize(1600, 1000)
+    wait(lambda: False, 1.0)
+    lane = win.lanes["eagle3"] if "eagle3" in win.lanes else next(iter(win.lanes.values()))
+    step = next((e.step for e in lane.events if len(e.accepted_nodes) >= 2), 3)
+    win.inspect(lane.name, step)
     app.processEvents()
     win.grab().save(str(out / "inspector.png"))
     look = win.lanes.get("lookahead")

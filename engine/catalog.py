@@ -40,6 +40,7 @@ CATALOG: dict[str, CatalogEntry] = {
         parts={
             "medusa": RESOURCES / "models" / "smollm2" / "medusa",
             "eagle": RESOURCES / "models" / "smollm2" / "eagle",
+            "eagle3": RESOURCES / "models" / "smollm2" / "eagle3",
             "draft": RESOURCES / "models" / "smollm2" / "draft",
         },
     ),

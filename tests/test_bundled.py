@@ -9,12 +9,14 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.decoder import Decoder
 from engine.drafters.eagle import EagleDrafter
+from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.heads.eagle import load_eagle_head
+from engine.heads.eagle3 import load_eagle3_head
 from engine.heads.medusa import load_medusa_heads
-from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
+from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_EAGLE3, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
 from engine.train.corpus import stdlib_corpus
 from engine.train.demo import encode_files
 from engine.train.lm import heldout_loss
@@ -38,8 +40,10 @@ def test_folders_are_complete_and_small():
     for folder in (BUNDLED_TARGET, BUNDLED_DRAFT):
         for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json"):
             assert (folder / name).exists(), folder / name
-    total = sum(p.stat().st_size for p in MODELS.rglob("*.safetensors"))
-    assert total < 100 * 2**20
+    demo = sum(p.stat().st_size for p in MODELS.rglob("*.safetensors") if "smollm2" not in p.parts)
+    assert demo < 100 * 2**20
+    smollm2 = sum(p.stat().st_size for p in (MODELS / "smollm2").rglob("*.safetensors"))
+    assert smollm2 < 64 * 2**20  # SmolLM2's own parts only: its weights are installed, never committed
     assert json.loads((BUNDLED_TARGET / "config.json").read_text())["dtype"] == "bfloat16"
 
 
@@ -70,6 +74,7 @@ DRAFTERS = {
     "vanilla": lambda target, draft: VanillaDrafter(draft, gamma=4),
     "medusa": lambda target, draft: MedusaDrafter(load_medusa_heads(BUNDLED_MEDUSA, target)),
     "eagle": lambda target, draft: EagleDrafter(load_eagle_head(BUNDLED_EAGLE, target)),
+    "eagle3": lambda target, draft: Eagle3Drafter(load_eagle3_head(BUNDLED_EAGLE3, target)),
     "lookahead": lambda target, draft: LookaheadDrafter(),
     "lookahead-jacobi-only": lambda target, draft: LookaheadDrafter(window=5, ngram=2, guesses=5, context_ngrams=False),
 }

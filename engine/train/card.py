@@ -87,6 +87,12 @@ def render_card(training: dict, evaluation: dict) -> str:
         *_medusa_reproduce(evaluation),
         "python main.py train card --models runs/demo   # measures and writes runs/demo/README.md",
         "```",
+        "",
+        "## SmolLM2-135M-Instruct's parts",
+        "",
+        "The draft, Medusa, EAGLE and EAGLE-3 heads trained for the real model that `python main.py models install "
+        "smollm2`",
+        "installs have their own card: [smollm2/README.md](smollm2/README.md).",
     ]
     return "\n".join(lines) + "\n"
 
