@@ -155,14 +155,15 @@ class LaneWidget(QFrame):
         self.stats.summary = summary
         self.dirty = True
 
-    def render(self, baseline: LaneWidget | None, reason: str, baseline_changed: bool) -> None:
-        """Draw what arrived since the last frame; a finished, unchanged lane costs no Qt call at all."""
-        if self.dirty:
+    def render(self, baseline: LaneWidget | None, reason: str, baseline_changed: bool, headers: bool = True) -> None:
+        """Draw what arrived since the last frame (the header only when `headers`: it may wait for a later frame);
+        a finished, unchanged lane costs no Qt call at all."""
+        if self.pending:
             self.flush()
-        if self.dirty or baseline_changed:
+        if headers and (self.dirty or baseline_changed):
             self.update_header(baseline)
             self.update_match(baseline, reason)
-        self.dirty = False
+            self.dirty = False
 
     def flush(self) -> None:
         """Render queued steps with one cursor at the end, in one edit block."""

@@ -12,8 +12,8 @@ from app.charts import ChartsWidget
 from app.lane import LaneWidget
 from engine import BASELINE, RunSummary, StepEvent
 
-FRAME_MS = 33  # coalesce arriving events into at most about 30 repaints a second
-CHART_MS = 250  # and the charts into four: their Python (setData, numpy) competes with the engine for the GIL
+FRAME_MS = 66  # coalesce arriving events into at most about 15 repaints a second
+CHART_MS = 500  # headers and charts twice a second: rendering competes with the engine (app/bench_window.py)
 
 
 WELCOME = (
@@ -90,16 +90,17 @@ class RaceView(QWidget):
         since speedups and matches are relative to it) and the charts' changed series."""
         baseline = self.lanes.get(BASELINE)
         reason = self.difference_reason()
-        baseline_changed = baseline is not None and baseline.dirty
-        for lane in self.lanes.values():
-            lane.render(baseline, reason, baseline_changed)
         now = time.perf_counter()
         finished = all(lane.stats.summary is not None for lane in self.lanes.values())
-        if finished or now - self.charts_drawn >= CHART_MS / 1000:  # charts need not follow every frame
+        slow_due = finished or now - self.charts_drawn >= CHART_MS / 1000  # headers and charts: twice a second
+        baseline_changed = baseline is not None and baseline.dirty and slow_due
+        for lane in self.lanes.values():
+            lane.render(baseline, reason, baseline_changed, headers=slow_due or lane.stats.summary is not None)
+        if slow_due:
             self.charts.refresh()
             self.charts_drawn = now
-        elif self.charts.dirty and not self.frame.isActive():
-            self.frame.start()  # come back for the charts' last data
+        elif (self.charts.dirty or any(lane.dirty for lane in self.lanes.values())) and not self.frame.isActive():
+            self.frame.start()  # come back for the headers' and charts' last data
     def difference_reason(self) -> str:
         """Why a lane may differ from plain decoding under these settings; empty when it never should."""
         s = self.settings
