@@ -12,8 +12,8 @@ from app.charts import ChartsWidget
 from app.lane import LaneWidget
 from engine import BASELINE, RunSummary, StepEvent
 
-FRAME_MS = 66  # coalesce arriving events into at most about 15 repaints a second
-CHART_MS = 500  # headers and charts twice a second: rendering competes with the engine (app/bench_window.py)
+FRAME_MS = 100  # coalesce arriving events into at most 10 repaints a second
+CHART_MS = 1000  # headers and charts once a second: rendering competes with the engine (app/bench_window.py)
 
 
 WELCOME = (
