@@ -101,6 +101,7 @@ class RaceView(QWidget):
             self.charts_drawn = now
         elif (self.charts.dirty or any(lane.dirty for lane in self.lanes.values())) and not self.frame.isActive():
             self.frame.start()  # come back for the headers' and charts' last data
+
     def difference_reason(self) -> str:
         """Why a lane may differ from plain decoding under these settings; empty when it never should."""
         s = self.settings

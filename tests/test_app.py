@@ -122,6 +122,12 @@ def test_race_renders_lanes_charts_and_inspector(qtbot, tiny_window):
     win.inspect("vanilla", step)
     assert win.inspector.shown == ("vanilla", step)
     assert win.inspector.tree.topLevelItemCount() == 1
+    assert vanilla.view.tip_at(0).startswith(f"step {step} · ")  # hover text, built when shown
+    from PySide6.QtCore import QEvent, QPoint
+    from PySide6.QtGui import QHelpEvent
+
+    hover = QHelpEvent(QEvent.Type.ToolTip, QPoint(4, 4), vanilla.view.viewport().mapToGlobal(QPoint(4, 4)))
+    assert vanilla.view.viewportEvent(hover)
     header = vanilla.header.text()
     assert "τ\u00a0" in header and "max_new_tokens" not in header and "τ " not in header  # no break inside items
     # show rejected re-renders without losing text
