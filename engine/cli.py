@@ -219,7 +219,11 @@ def cmd_generate(args) -> int:
         new: list[int] = []
         for item in decoder.stream(prompt_ids):
             if writer:
-                writer.event(item)
+                try:
+                    writer.event(item)
+                except GlanceError as exc:  # a full disk: say so once, keep generating, keep the complete lines
+                    print(f"glance: warning: {exc}; generation continues without the log", file=sys.stderr)
+                    writer = None
             if hasattr(item, "tokens"):
                 new.extend(item.tokens)
                 if not args.json:  # stream the text as it grows

@@ -44,21 +44,28 @@ class SessionLogWriter:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "ab")
+            # Unbuffered: a line reaches the file whole or the failed part is cut off again. With a buffer, a failed
+            # flush left the bytes in it, and truncating (which flushes first) failed the same way.
+            self._fh = open(self.path, "ab", buffering=0)
         except OSError as exc:
             raise GlanceError(f"cannot write the session log {self.path}: {exc.strerror or exc}") from None
 
     def _write(self, record: dict) -> None:
+        if self._fh.closed:
+            raise GlanceError(f"the session log {self.path} is closed")
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        pos = self._fh.tell()
+        pos = os.fstat(self._fh.fileno()).st_size
         try:
-            self._fh.write(line)
-            self._fh.flush()
+            view = memoryview(line)
+            while view:  # a raw write may take only part of the line
+                written = self._fh.write(view)
+                view = view[written:]
         except OSError as exc:
-            try:  # leave complete lines only
-                self._fh.truncate(pos)
+            try:  # leave complete lines only, then stop: a full disk will not take the next line either
+                os.ftruncate(self._fh.fileno(), pos)
             except OSError:
                 pass
+            self.close()
             raise GlanceError(f"writing the session log {self.path} failed: {exc.strerror or exc}") from None
 
     def header(self, models: dict, device: str, settings: dict) -> None:
@@ -78,7 +85,11 @@ class SessionLogWriter:
         self._write({"type": kind, **item.to_dict()})
 
     def close(self) -> None:
-        self._fh.close()
+        """Close the file; never raises (nothing is buffered, so nothing can be lost here)."""
+        try:
+            self._fh.close()
+        except OSError:
+            pass
 
     def __enter__(self) -> SessionLogWriter:
         return self

@@ -275,6 +275,36 @@ def test_charts_tell_the_race_and_follow_the_theme(qtbot, tiny_window):
     assert charts.plots["race"].backgroundBrush().color().name() != "#ffffff"
 
 
+def test_a_full_disk_mid_race_stops_the_log_not_the_race(qtbot, tiny_window, monkeypatch):
+    from engine.session_log import SessionLogWriter
+
+    win = tiny_window
+    real_write = SessionLogWriter._write
+    calls = []
+
+    def fills_up(self, record):
+        calls.append(1)
+        if len(calls) > 4:  # header and three events fit, then the disk is full
+            raise OSError(28, "No space left on device")
+        real_write(self, record)
+
+    def write(self, record):
+        try:
+            fills_up(self, record)
+        except OSError as exc:
+            from engine.errors import GlanceError
+
+            self.close()
+            raise GlanceError(f"writing the session log {self.path} failed: {exc.strerror}") from None
+
+    monkeypatch.setattr(SessionLogWriter, "_write", write)
+    run_race(qtbot, win, ["ar", "vanilla"])
+    assert all(lane.stats.summary is not None for lane in win.lanes.values())  # the race went on to the end
+    assert "No space left on device" in win.banner.text() and "continues without a log" in win.banner.text()
+    raw = win.log_path.read_bytes()
+    assert raw.endswith(b"\n") and len(raw.splitlines()) == 4
+
+
 def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window, model_folders):
     win = tiny_window
     empty = tmp_path / "not_a_model"

@@ -95,3 +95,31 @@ def test_bad_lines_are_skipped_and_named_never_raised(tmp_path):
     path.write_bytes(b"[]\n")
     with pytest.raises(GlanceError, match="not a Glance session log"):
         read_session_log(path)
+
+
+def test_a_full_disk_leaves_complete_lines_and_the_cli_goes_on(tmp_path, model_folders):
+    """A real write failure (a file-size limit stands in for a full disk, in a child process): the log ends at its
+    last complete line, the CLI says so in one line and still prints the generated text, exit 0."""
+    import subprocess
+    import sys
+    import textwrap
+
+    log = tmp_path / "s.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6000, 6000))
+        from engine.cli import main
+        sys.exit(main(["generate", "--target", {str(model_folders["target"])!r}, "--prompt", "def add(",
+                       "--max-new-tokens", "40", "--log", {str(log)!r}, "--dtype", "float32"]))
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    warnings = [line for line in proc.stderr.splitlines() if "glance: warning" in line]
+    assert len(warnings) == 1 and "generation continues without the log" in warnings[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and proc.stdout.strip()
+    raw = log.read_bytes()
+    assert 0 < len(raw) <= 6000 and raw.endswith(b"\n")
+    assert all(json.loads(line) for line in raw.splitlines())  # complete lines only
