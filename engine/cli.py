@@ -301,6 +301,8 @@ def cmd_bench(args) -> int:
         sizes = [int(x) for x in args.batch_sizes.split(",")] if args.batch_sizes else None
     except ValueError:
         raise GlanceError(f"--batch-sizes takes comma-separated integers (got {args.batch_sizes!r})") from None
+    if sizes is not None and (not sizes or min(sizes) < 1 or max(sizes) > 4096):
+        raise GlanceError(f"--batch-sizes takes integers from 1 to 4096 (got {args.batch_sizes!r})")
     prompt_file = Path(args.prompts) if args.prompts else RESOURCES / "prompts" / "suite.jsonl"
     if not prompt_file.exists():
         raise GlanceError(f"prompt file not found: {prompt_file}")

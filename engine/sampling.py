@@ -8,6 +8,9 @@ import torch
 
 from engine.errors import GlanceError
 
+MIN_TEMPERATURE = 1e-3  # below it, logits / T overflow to inf in float32 (found by tests/test_fuzz_cli.py)
+MAX_TEMPERATURE = 1e3
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -18,8 +21,11 @@ class SamplingConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.temperature >= 0:
-            raise GlanceError(f"temperature must be >= 0 (got {self.temperature}); use 0 for greedy decoding")
+        if not (self.temperature == 0 or MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):
+            raise GlanceError(
+                f"temperature must be 0 (greedy) or between {MIN_TEMPERATURE} and {MAX_TEMPERATURE:g} "
+                f"(got {self.temperature}): logits divided by less overflow"
+            )
         if not 0 < self.top_p <= 1:
             raise GlanceError(f"top-p must be in (0, 1] (got {self.top_p})")
 
