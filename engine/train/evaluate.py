@@ -36,6 +36,14 @@ def step_latency(model: torch.nn.Module, context: int = 128, new: int = 1, repea
     return statistics.median(times)
 
 
+def family_parts(target, models: Path, method: str) -> dict:
+    """The parts `method` needs from a trained family's folder (draft/, medusa/, eagle/, eagle3/)."""
+    from engine.registry import parts
+    from engine.variants import load_parts
+
+    return load_parts(target, [method], {p.key: str(models / p.key) for p in parts()})
+
+
 def speculative_acceptance(
     models: Path,
     prompts: list[dict],
@@ -46,17 +54,10 @@ def speculative_acceptance(
     medusa_tree: str | None = None,
 ) -> dict:
     """Greedy `method` vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
-    from engine.variants import DrafterOptions, build_drafter, load_parts
+    from engine.variants import DrafterOptions, build_drafter
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
-    parts = load_parts(
-        target,
-        [method],
-        draft=str(models / "draft"),
-        medusa=str(models / "medusa"),
-        eagle=str(models / "eagle"),
-        eagle3=str(models / "eagle3"),
-    )
+    parts = family_parts(target, models, method)
     options = DrafterOptions(gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
     tok = target.tokenizer
     eos = tok.eos_token_id
@@ -126,17 +127,10 @@ def compare_settings(
 ) -> dict:
     """tau, tokens/s and speedup of greedy `method` under each named DrafterOptions against plain decoding, same
     prompts, same process; used to pick defaults on this CPU (the numbers are written beside the defaults)."""
-    from engine.variants import build_drafter, load_parts
+    from engine.variants import build_drafter
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
-    parts = load_parts(
-        target,
-        [method],
-        draft=str(models / "draft"),
-        medusa=str(models / "medusa"),
-        eagle=str(models / "eagle"),
-        eagle3=str(models / "eagle3"),
-    )
+    parts = family_parts(target, models, method)
     eos = target.tokenizer.eos_token_id
     encoded = [target.tokenizer(r["prompt"])["input_ids"] for r in prompts]
     named = {"ar": None, **settings}
