@@ -35,6 +35,9 @@ def default_feature_layers(num_layers: int) -> tuple[int, int, int]:
 def layer_inputs(model: nn.Module, layer_ids: Sequence[int]) -> Iterator[list[torch.Tensor]]:
     """Yields a list that a forward run inside the block fills with the input [B, S, H] of each layer in
     `layer_ids`, in that order. The hooks are removed on exit, so other lanes sharing the model see nothing."""
+    if not layer_ids:  # most drafters: nothing to hook, nothing to look up on every forward
+        yield []
+        return
     layers = decoder_layers(model)
     bad = [i for i in layer_ids if not 0 <= i < len(layers)]
     if bad:
