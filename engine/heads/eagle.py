@@ -114,6 +114,17 @@ class EagleHead(nn.Module):
         save_file(state, str(folder / WEIGHTS_SAFE))
 
 
+def read_state(folder: Path) -> dict:
+    """A head's tensors from model.safetensors, else pytorch_model.bin (weights_only: never unpickles code)."""
+    if (folder / WEIGHTS_SAFE).exists():
+        from safetensors.torch import load_file
+
+        return load_file(str(folder / WEIGHTS_SAFE))
+    if (folder / WEIGHTS_BIN).exists():
+        return torch.load(folder / WEIGHTS_BIN, map_location="cpu", weights_only=True)
+    raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_BIN}")
+
+
 def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
     """Load a head in the published layout, checking shapes against the target."""
     folder = Path(folder)
@@ -123,14 +134,7 @@ def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
         cfg = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not an EAGLE head folder") from None
-    if (folder / WEIGHTS_SAFE).exists():
-        from safetensors.torch import load_file
-
-        state = load_file(str(folder / WEIGHTS_SAFE))
-    elif (folder / WEIGHTS_BIN).exists():
-        state = torch.load(folder / WEIGHTS_BIN, map_location="cpu", weights_only=True)
-    else:
-        raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_BIN}")
+    state = read_state(folder)
     hidden = target.get_output_embeddings().weight.shape[1]
     fc = state.get("fc.weight")
     if fc is None:

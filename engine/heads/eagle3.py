@@ -26,9 +26,7 @@ from torch import nn
 
 from engine.errors import GlanceError
 from engine.features import default_feature_layers
-
-WEIGHTS_SAFE = "model.safetensors"
-WEIGHTS_BIN = "pytorch_model.bin"
+from engine.heads.eagle import WEIGHTS_SAFE, read_state
 
 
 class RMSNorm(nn.Module):
@@ -240,16 +238,6 @@ class Eagle3Head(nn.Module):
         save_file(state, str(folder / WEIGHTS_SAFE))
 
 
-def _read_state(folder: Path) -> dict:
-    if (folder / WEIGHTS_SAFE).exists():
-        from safetensors.torch import load_file
-
-        return load_file(str(folder / WEIGHTS_SAFE))
-    if (folder / WEIGHTS_BIN).exists():
-        return torch.load(folder / WEIGHTS_BIN, map_location="cpu", weights_only=True)
-    raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_BIN}")
-
-
 def _config(raw: dict, target: nn.Module, state: dict) -> dict:
     """The head's config from a published config.json, filling what published heads leave out from the target."""
     c = target.config
@@ -284,7 +272,7 @@ def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
         raw = json.loads((folder / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not an EAGLE-3 head folder") from None
-    state = _read_state(folder)
+    state = read_state(folder)
     for key in ("fc.weight", "d2t", "lm_head.weight"):
         if key not in state:
             hint = (
