@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
 
 from app.theme import variant_color
 from engine import BASELINE, RunStats, RunSummary, StepEvent
@@ -37,8 +37,8 @@ class LaneSeries:
     dirty: bool = False  # data arrived that the plot items do not show yet
 
     def add(self, ev: StepEvent) -> None:
+        """Buffer the step's points; `stats` is the lane's own, already updated by the lane."""
         self.dirty = True
-        self.stats.add(ev)
         self.clocks.append(ev.clock)
         self.tokens.append(ev.new_tokens)
         if ev.step == 0:
@@ -86,9 +86,10 @@ class ChartsWidget(QWidget):
             w.setLabel("left", CHARTS[key][2], color=ink)
         self.legend.setLabelTextColor(ink)
 
-    def add_lane(self, name: str) -> None:
+    def add_lane(self, name: str, stats: RunStats) -> None:
+        """Series for one lane, reading the lane's running statistics (not a second copy fed the same events)."""
         color = variant_color(name)
-        s = LaneSeries()
+        s = LaneSeries(stats=stats)
         pen = pg.mkPen(color, width=2)
         s.items["race"] = self.plots["race"].plot([], [], pen=pen, name=name)
         s.items["finish"] = pg.ScatterPlotItem([], [], symbol="star", size=14, brush=color, pen=pg.mkPen(color))
@@ -117,10 +118,22 @@ class ChartsWidget(QWidget):
         if s is not None:
             s.items["finish"].setData([summary.wall_seconds], [summary.new_tokens])
 
+    def set_live(self, live: bool) -> None:
+        """While a race runs, each chart repaints once per refresh, not once per item change: pyqtgraph's own
+        updates repainted every chart three or four times per refresh, most of what the window cost the engine
+        (app/bench_window.py). Afterwards the charts repaint on their own again (hover, zoom, pan)."""
+        mode = QGraphicsView.ViewportUpdateMode
+        for w in self.plots.values():
+            w.setViewportUpdateMode(mode.NoViewportUpdate if live else mode.MinimalViewportUpdate)
+            if not live:
+                w.viewport().update()
+
     def refresh(self) -> None:
         """Push buffered data into the plot items (called at screen rate, only when something changed)."""
         if not self.dirty:
             return
+        for w in self.plots.values():
+            w.viewport().update()  # one repaint each, whatever the update mode
         speculative = [n for n in self.series if n != BASELINE]
         width = 0.8 / max(1, len(speculative))
         for name, s in self.series.items():

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections import deque
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QObject, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
 from app.worker import EngineWorker, WorkerThread
 from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, Session, SessionLogWriter, StepEvent
@@ -44,10 +45,18 @@ def rejected_tokens(ev: StepEvent) -> list[int]:
         node = child
 
 
+INBOX_MS = 100  # the GUI thread collects a race's events at most ten times a second
+
+
 class Controller(QObject):
-    """One job at a time on the engine thread; `event` carries each lane's events with their text pieces attached."""
+    """One job at a time on the engine thread; `event` carries each lane's events with their text pieces attached.
+
+    A race's events do not cross threads one signal each: the worker appends them to `inbox` and wakes the GUI thread
+    once, which collects everything queued `INBOX_MS` later and then emits `batch`. A wake-up per event preempted the
+    engine's OpenMP threads on every token (measured by app/bench_window.py)."""
 
     event = Signal(str, object)  # lane, StepEvent | RunSummary
+    batch = Signal()  # a collected batch of events was emitted: time to draw
     done = Signal(str, object)  # job name, result (a Session for "load")
     failed = Signal(str, str)  # job name, message
     progress = Signal(int, int, str)  # benchmark progress
@@ -62,9 +71,15 @@ class Controller(QObject):
         self.log_path: Path | None = None
         self.race_settings: RaceSettings | None = None
         self.decoders: dict[str, PieceDecoder] = {}
+        self.inbox: deque[tuple[str, object]] = deque()  # appended on the worker thread, drained on the GUI thread
+        self._woken = False  # a wake-up is on its way: the worker does not send another
+        self.collect = QTimer(self)
+        self.collect.setSingleShot(True)
+        self.collect.setInterval(INBOX_MS)
+        self.collect.timeout.connect(self.drain)
         self.thread = WorkerThread()
         w = self.thread.worker
-        w.event.connect(self._on_event)
+        w.wake.connect(self._on_wake)
         w.done.connect(self._on_done)
         w.failed.connect(self._on_failed)
         w.progress.connect(self.progress)
@@ -102,7 +117,7 @@ class Controller(QObject):
         def job(worker: EngineWorker) -> str:
             for name, item in session.race(prompt_ids, settings, worker.cancel):
                 self._record(name, item)  # here, between steps and outside every lane's clock, as the CLI does
-                worker.event.emit(name, item)
+                self._post(worker, name, item)
             return "cancelled" if worker.cancel.is_set() else "finished"
 
         self._start("race", job)
@@ -142,6 +157,7 @@ class Controller(QObject):
         summary already produced), then close the log."""
         self.thread.stop()
         QCoreApplication.sendPostedEvents(self)
+        self.drain()
         self._close_log()
 
     # ---- session log --------------------------------------------------------------------------------------------
@@ -184,10 +200,30 @@ class Controller(QObject):
                     pass
                 self.warning.emit(f"{exc}; the race continues without a log")
 
-    def _on_event(self, lane: str, item) -> None:
-        self.event.emit(lane, item)
+    def _post(self, worker: EngineWorker, lane: str, item) -> None:
+        """Queue an event for the GUI thread (worker side); only the first event since the last collection wakes it."""
+        self.inbox.append((lane, item))
+        if not self._woken:
+            self._woken = True
+            worker.wake.emit()
+
+    def _on_wake(self) -> None:
+        if not self.collect.isActive():
+            self.collect.start()
+
+    def drain(self) -> None:
+        """Emit every queued event in order, then `batch` once. The flag drops first: an event appended while this
+        runs is either emitted here or wakes the GUI thread again."""
+        self.collect.stop()
+        self._woken = False
+        if not self.inbox:
+            return
+        while self.inbox:
+            self.event.emit(*self.inbox.popleft())
+        self.batch.emit()
 
     def _on_done(self, name: str, result) -> None:
+        self.drain()  # the job's last events were queued before it returned
         self.job = None
         if name == "load":
             self.session = result
@@ -196,6 +232,7 @@ class Controller(QObject):
         self.done.emit(name, result)
 
     def _on_failed(self, name: str, message: str) -> None:
+        self.drain()
         self.job = None
         self._close_log()
         self.failed.emit(name, message)

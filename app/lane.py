@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from functools import partial
 
 from PySide6.QtCore import QEvent, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
@@ -61,9 +62,9 @@ class TokenView(QTextEdit):
         self.setFont(font)
         self.starts: list[int] = []
         self.steps: list[int] = []
-        self.tips: list[str] = []  # per token: its tooltip, shown on hover (no per-token Qt format to build)
+        self.tips: list[object] = []  # per token: its tooltip, or a callable that builds it when hovered
 
-    def mark(self, start: int, step: int, tip: str = "") -> None:
+    def mark(self, start: int, step: int, tip: object = "") -> None:
         self.starts.append(start)
         self.steps.append(step)
         self.tips.append(tip)
@@ -74,7 +75,10 @@ class TokenView(QTextEdit):
 
     def tip_at(self, position: int) -> str:
         i = bisect.bisect_right(self.starts, position) - 1
-        return self.tips[i] if i >= 0 else ""
+        if i < 0:
+            return ""
+        tip = self.tips[i]
+        return tip() if callable(tip) else tip
 
     def viewportEvent(self, event) -> bool:  # noqa: N802 (Qt naming)
         if event.type() == QEvent.Type.ToolTip:
@@ -105,6 +109,14 @@ HEADER_HELP = (
     "target's own token included (plain decoding: 1.00) · acc: accepted draft tokens / drafted · Nx: speed over "
     "plain decoding in this race"
 )
+
+
+def _draft_tip(step: int, depth: int, prob: float) -> str:
+    return f"step {step} · draft depth {depth} · target p = {prob:.3f}"
+
+
+def _target_tip(step: int, prob: float) -> str:
+    return f"step {step} · target's own token · p = {prob:.3f}"
 
 
 def visible_whitespace(text: str) -> str:
@@ -183,33 +195,46 @@ class LaneWidget(QFrame):
             self.dirty = False
 
     def flush(self) -> None:
-        """Render queued steps with one cursor at the end, in one edit block."""
+        """Render queued steps at the end of the text, one insert per run of tokens that share a format: every Qt call
+        from Python hands the interpreter lock back and forth with the engine thread (measured: per-token inserts
+        were most of what a frame cost). Positions count UTF-16 units, as the document does."""
         if not self.pending:
             return
         cursor = QTextCursor(self.view.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.beginEditBlock()
+        position = cursor.position()
+        runs: list[tuple[str, QTextCharFormat]] = []
         for ev in self.pending:
-            pieces = ev.extra.get("pieces") or [f"<{t}>" for t in ev.tokens]
-            depth_of = node_depths(ev.draft_parents)
-            n_acc = len(ev.accepted_nodes)
-            for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
-                if k == n_acc and self.show_rejected:  # rejected draft tokens go before the target's correction
-                    for rp in ev.extra.get("rejected_pieces", []):
-                        self.view.mark(cursor.position(), ev.step, f"step {ev.step}: rejected draft token")
-                        cursor.insertText(visible_whitespace(rp), self._format("rejected", 0))  # not dashes
-                if ev.from_draft[k]:
-                    d = depth_of[ev.accepted_nodes[k]]
-                    self.view.mark(
-                        cursor.position(), ev.step, f"step {ev.step} · draft depth {d} · target p = {prob:.3f}"
-                    )
-                    cursor.insertText(piece, self._format("draft", d))
+            for text, fmt, tip in self._pieces(ev):
+                self.view.mark(position, ev.step, tip)
+                position += len(text.encode("utf-16-le")) // 2
+                if runs and runs[-1][1] is fmt:
+                    runs[-1] = (runs[-1][0] + text, fmt)
                 else:
-                    self.view.mark(cursor.position(), ev.step, f"step {ev.step} · target's own token · p = {prob:.3f}")
-                    cursor.insertText(piece, self._format("target", 0))
+                    runs.append((text, fmt))
+        cursor.beginEditBlock()
+        for text, fmt in runs:
+            cursor.insertText(text, fmt)
         cursor.endEditBlock()
         self.pending.clear()
         self.view.ensureCursorVisible()
+
+    def _pieces(self, ev: StepEvent):
+        """(text, format, tooltip) of each token the step shows, rejected draft tokens before the target's
+        correction when they are shown; tooltips are built only when hovered."""
+        pieces = ev.extra.get("pieces") or [f"<{t}>" for t in ev.tokens]
+        depth_of = node_depths(ev.draft_parents)
+        n_acc = len(ev.accepted_nodes)
+        for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
+            if k == n_acc and self.show_rejected:
+                for rp in ev.extra.get("rejected_pieces", []):
+                    tip = f"step {ev.step}: rejected draft token"
+                    yield visible_whitespace(rp), self._format("rejected", 0), tip  # not dashes
+            if ev.from_draft[k]:
+                d = depth_of[ev.accepted_nodes[k]]
+                yield piece, self._format("draft", d), partial(_draft_tip, ev.step, d, prob)
+            else:
+                yield piece, self._format("target", 0), partial(_target_tip, ev.step, prob)
 
     def update_header(self, baseline: LaneWidget | None) -> None:
         s = self.stats

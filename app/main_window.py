@@ -132,6 +132,7 @@ class MainWindow(QMainWindow):
 
         c = self.controller
         c.event.connect(self.race_view.show_item)
+        c.batch.connect(self.race_view.render_frame)
         c.done.connect(self._on_done)
         c.failed.connect(self._on_failed)
         c.warning.connect(self.show_error)
@@ -335,6 +336,7 @@ class MainWindow(QMainWindow):
         self.race_button.setEnabled(False)
         self.run_one_button.setEnabled(False)
         self.stop_button.setEnabled(name in ("race", "benchmark"))
+        self.charts.set_live(name == "race")
         self.statusBar().showMessage(f"{name} running …")
 
     def _finish_job(self) -> None:
@@ -343,6 +345,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(False)
         self.model_panel.set_busy(False)
         self.bench.set_running(False)
+        self.charts.set_live(False)
 
     # ---- events from the worker ---------------------------------------------------------------------------------
     def _on_done(self, name: str, result) -> None:

@@ -70,7 +70,7 @@ class RaceView(QWidget):
             lane.stepClicked.connect(self.stepClicked)
             self.layout_.addWidget(lane, 1)  # equal widths that do not jump as text arrives
             self.lanes[n] = lane
-            self.charts.add_lane(n)
+            self.charts.add_lane(n, lane.stats)
 
     def show_item(self, lane: str, item: StepEvent | RunSummary) -> None:
         widget = self.lanes.get(lane)
@@ -88,6 +88,7 @@ class RaceView(QWidget):
     def render_frame(self) -> None:
         """Draw what changed since the last frame: lanes that received events (all headers when the baseline did,
         since speedups and matches are relative to it) and the charts' changed series."""
+        self.frame.stop()  # drawing now: a frame armed by the arriving events would only repeat this
         baseline = self.lanes.get(BASELINE)
         reason = self.difference_reason()
         now = time.perf_counter()

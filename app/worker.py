@@ -1,7 +1,8 @@
 """The one worker thread that runs the engine; it talks to widgets only through queued signals.
 
-Jobs are plain callables run on the worker thread under torch.inference_mode. A job reports through `emit`
-(a lane's events), its return value (`done`) or an exception (`failed`, as a message for the window).
+Jobs are plain callables run on the worker thread under torch.inference_mode. A job reports through `wake` (a
+lane's events wait in the controller's inbox), its return value (`done`) or an exception (`failed`, as a message for
+the window).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from engine import GlanceError
 
 class EngineWorker(QObject):
     submitted = Signal(str, object)  # job name, callable(worker) -> result
-    event = Signal(str, object)  # lane name, StepEvent | RunSummary
+    wake = Signal()  # events wait in the controller's inbox: collect them
     done = Signal(str, object)  # job name, result
     failed = Signal(str, str)  # job name, message
     progress = Signal(int, int, str)  # done, total, what (benchmarks)

@@ -466,3 +466,59 @@ def test_a_missing_xcb_cursor_library_is_named_with_its_fix(monkeypatch):
     monkeypatch.setenv("QT_QPA_PLATFORM", "offscreen")
     monkeypatch.setattr(ctypes.util, "find_library", lambda name: None)
     assert missing_system_libraries() == ""
+
+
+def _step(step: int, pieces: list[str], drafted: int):
+    """A step that emits len(pieces) tokens, the first `drafted` of them from a chain draft."""
+    from engine import StepEvent
+
+    n = len(pieces)
+    return StepEvent(
+        run_id="r", variant="vanilla", step=step, draft_tokens=list(range(drafted)),
+        draft_parents=list(range(-1, drafted - 1)), accepted_nodes=list(range(drafted)), tokens=list(range(n)),
+        from_draft=[k < drafted for k in range(n)], target_probs=[0.5] * n, draft_seconds=0.0, verify_seconds=0.01,
+        clock=0.01 * step, new_tokens=n * step, extra={"pieces": pieces, "rejected_pieces": []},
+    )  # fmt: skip
+
+
+def test_a_frame_maps_every_character_to_its_step_across_wide_characters(qtbot):
+    """Runs of tokens go in with one insert each; clicks and hovers still find each token's step, after emoji (two
+    UTF-16 units in the document) too."""
+    from app.lane import LaneWidget
+
+    lane = LaneWidget("vanilla")
+    qtbot.addWidget(lane)
+    steps = [_step(1, ["a", "😀", "b"], 2), _step(2, ["😀😀", "c"], 1), _step(3, ["d"], 0)]
+    for ev in steps:
+        lane.add_event(ev)
+    lane.flush()
+    assert lane.text() == "a😀b😀😀cd"
+    doc = lane.view.document()
+    for start, step in zip(lane.view.starts, lane.view.steps):
+        assert lane.view.step_at(start) == step
+    # the document's positions of 'b', 'c', 'd' (UTF-16: each emoji is two units)
+    assert [lane.view.step_at(p) for p in (3, 8, 9)] == [1, 2, 3]
+    assert doc.characterAt(3) == "b" and doc.characterAt(8) == "c" and doc.characterAt(9) == "d"
+    assert lane.view.tip_at(3) == "step 1 · target's own token · p = 0.500"
+    assert lane.view.tip_at(1) == "step 1 · draft depth 2 · target p = 0.500"
+
+
+def test_events_cross_to_the_window_in_batches_in_order(qtbot, tiny_window):
+    """The worker wakes the GUI thread once per collection, not once per event; a collection emits every queued
+    event in order, then one `batch`."""
+    c = tiny_window.controller
+    worker = c.thread.worker
+    wakes, got, batches = [], [], []
+    worker.wake.connect(lambda: wakes.append(1))
+    c.event.connect(lambda lane, item: got.append(item.step))
+    c.batch.connect(lambda: batches.append(1))
+    events = [_step(i, ["x"], 0) for i in range(50)]
+    for ev in events:
+        c._post(worker, "nolane", ev)
+    qtbot.wait(30)  # the wake-up is delivered on the worker's thread: give it time, well under the 100 ms collection
+    assert len(wakes) == 1 and len(c.inbox) == 50
+    c.drain()
+    assert got == list(range(50)) and batches == [1] and not c.inbox
+    c._post(worker, "nolane", events[0])  # collected: the next event wakes the GUI thread again
+    qtbot.waitUntil(lambda: len(wakes) == 2, timeout=1_000)
+    c.drain()
