@@ -59,7 +59,7 @@ class Controller(QObject):
     batch = Signal()  # a collected batch of events was emitted: time to draw
     done = Signal(str, object)  # job name, result (a Session for "load")
     failed = Signal(str, str)  # job name, message
-    progress = Signal(int, int, str)  # benchmark progress
+    progress = Signal(int, int, str)  # done, total, what: of a load or a benchmark
     warning = Signal(str)  # something went wrong that does not stop the job (the log could not be written)
 
     def __init__(self, autosave_dir: Path) -> None:
@@ -98,6 +98,7 @@ class Controller(QObject):
                 dtype=dtype,
                 allow_download=allow_download,
                 cancel=worker.cancel.is_set,
+                progress=worker.progress.emit,
             )
 
         self._start("load", job)

@@ -124,8 +124,17 @@ class ModelPanel(QGroupBox):
         return {key: edit.text().strip() for key, edit in self.parts.items()}
 
     def set_busy(self, busy: bool) -> None:
+        self.busy.setRange(0, 0)  # moving until the first progress report
+        self.busy.setFormat("")
         self.busy.setVisible(busy)
         self.load.setEnabled(not busy)
+
+    def on_progress(self, done: int, total: int, what: str) -> None:
+        """Which model or part is loading, and how many of the load's parts are done."""
+        self.busy.setRange(0, total)
+        self.busy.setValue(done)
+        self.busy.setFormat(f"{what} ({done}/{total})")
+        self.busy.setTextVisible(True)
 
 
 class PromptPanel(QGroupBox):

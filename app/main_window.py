@@ -136,7 +136,7 @@ class MainWindow(QMainWindow):
         c.done.connect(self._on_done)
         c.failed.connect(self._on_failed)
         c.warning.connect(self.show_error)
-        c.progress.connect(self.bench.on_progress)
+        c.progress.connect(self._on_progress)
         self.bench.runRequested.connect(self.run_benchmark)
         self.settings_timer = QTimer(self)
         self.settings_timer.setSingleShot(True)
@@ -348,6 +348,9 @@ class MainWindow(QMainWindow):
         self.charts.set_live(False)
 
     # ---- events from the worker ---------------------------------------------------------------------------------
+    def _on_progress(self, done: int, total: int, what: str) -> None:
+        (self.model_panel if self.job == "load" else self.bench).on_progress(done, total, what)
+
     def _on_done(self, name: str, result) -> None:
         if name == "load":
             self.model_panel.info.setText("\n".join(result.summary_lines()))

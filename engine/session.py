@@ -18,7 +18,7 @@ from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
 from engine.sampling import SamplingConfig
 from engine.session_log import SessionLogWriter
-from engine.variants import DrafterOptions, build_drafter, describe_parts, load_parts
+from engine.variants import DrafterOptions, build_drafter, describe_parts, load_parts, parts_needed
 
 
 @dataclass
@@ -70,18 +70,36 @@ class Session:
         allow_download: bool = False,
         trust_remote_code: bool = False,
         cancel: Callable[[], bool] | None = None,
+        progress: Callable[[int, int, str], None] | None = None,
     ) -> Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
-        true stops the load between the target and its parts (GlanceError "loading cancelled")."""
+        true stops the load between the target and its parts (GlanceError "loading cancelled"); `progress(done,
+        total, what)` is told before each model or part starts loading."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
         access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
+        entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
+        chosen = cls._part_paths(bundled, entry, paths)
+        to_load = [k for k in chosen if k in parts_needed(methods)]
+        steps = iter(range(len(to_load) + 1))
+
+        def report(what: str) -> None:
+            if progress is not None:
+                progress(next(steps), len(to_load) + 1, what)
+
+        report(f"loading the target {Path(str(target or BUNDLED_TARGET)).name}")
         loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
         if cancel is not None and cancel():
             raise GlanceError("loading cancelled")
-        entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
+        parts_ = load_parts(loaded, methods, chosen, cancel=cancel, on_part=lambda k: report(f"loading {k}"), **access)
+        return cls(loaded, parts_)
+
+    @staticmethod
+    def _part_paths(bundled: bool, entry, paths: dict[str, str | None] | None) -> dict[str, str]:
+        """Which folder each part comes from: what the user named, else the bundled part (bundled target), else
+        the part installed with a catalog model."""
         chosen = {}
         for part in parts():
             given = (paths or {}).get(part.key)
@@ -92,7 +110,7 @@ class Session:
                 chosen[part.key] = str(part.bundled)
             elif own is not None and Path(own).exists():
                 chosen[part.key] = str(own)
-        return cls(loaded, load_parts(loaded, methods, chosen, cancel=cancel, **access))
+        return chosen
 
     @property
     def tokenizer(self):

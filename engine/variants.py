@@ -15,7 +15,7 @@ from engine.models import LoadedModel
 from engine.registry import DRAFTERS, METHODS, knobs, parts, spec
 from engine.sampling import SamplingConfig
 
-__all__ = ["DEFAULT_GAMMA", "METHODS", "NEEDS", "DrafterOptions", "build_drafter", "load_parts"]
+__all__ = ["DEFAULT_GAMMA", "METHODS", "NEEDS", "DrafterOptions", "build_drafter", "load_parts", "parts_needed"]
 
 NEEDS: dict[str, str] = {s.name: s.part.key for s in DRAFTERS if s.part is not None}  # method -> part key
 
@@ -74,6 +74,11 @@ def build_drafter(
     return s.build(BuildContext(target, part, opts, sampling or SamplingConfig()))
 
 
+def parts_needed(methods) -> set[str]:
+    """Part keys the methods need besides the target."""
+    return {NEEDS[m] for m in methods if m in NEEDS}
+
+
 def load_parts(
     target: LoadedModel,
     methods,
@@ -81,19 +86,21 @@ def load_parts(
     allow_download: bool = False,
     trust_remote_code: bool = False,
     cancel=None,
+    on_part=None,
     **named: str | None,
 ) -> dict:
     """Load what the methods need besides the target, by part key (`paths={"draft": ..., "medusa": ...}`, or the
-    same as keywords); each part's loader checks that it fits the target."""
+    same as keywords); each part's loader checks that it fits the target. `on_part(key)` is called before each."""
     paths = {**(paths or {}), **named}
-    needed = {NEEDS[m] for m in methods if m in NEEDS}
     access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
     out: dict = {}
     for part in parts():
         path = paths.get(part.key)
-        if part.key in needed and path:
+        if part.key in parts_needed(methods) and path:
             if cancel is not None and cancel():
                 raise GlanceError("loading cancelled")
+            if on_part is not None:
+                on_part(part.key)
             out[part.key] = part.load(str(path), target, access)
             if isinstance(out[part.key], torch.nn.Module):
                 out[part.key].source = str(path)  # heads do not know their folder: logs and reports name it

@@ -522,3 +522,15 @@ def test_events_cross_to_the_window_in_batches_in_order(qtbot, tiny_window):
     c._post(worker, "nolane", events[0])  # collected: the next event wakes the GUI thread again
     qtbot.waitUntil(lambda: len(wakes) == 2, timeout=1_000)
     c.drain()
+
+
+def test_load_progress_names_the_part_loading(qtbot, tiny_window):
+    win = tiny_window
+    win.controller.job = "load"
+    try:
+        win._on_progress(1, 3, "loading medusa")
+    finally:
+        win.controller.job = None
+    assert win.model_panel.busy.format() == "loading medusa (1/3)" and win.model_panel.busy.maximum() == 3
+    win._on_progress(2, 5, "prompt 2")  # any other job's progress goes to the benchmark tab
+    assert win.bench.progress.maximum() == 5

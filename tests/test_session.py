@@ -1,4 +1,4 @@
-"""The engine's facade: loading can be cancelled between the target and its parts."""
+"""The engine's facade: loading reports its progress and can be cancelled between the target and its parts."""
 
 import pytest
 
@@ -20,3 +20,14 @@ def test_a_load_is_cancelled_between_the_target_and_its_parts(model_folders):
     loaded = Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["vanilla"],
                           cancel=lambda: False)  # fmt: skip
     assert loaded.available("vanilla")
+
+
+def test_a_load_reports_each_model_and_part_before_it_starts(model_folders):
+    seen = []
+    Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["ar", "vanilla"],
+                 progress=lambda done, total, what: seen.append((done, total, what)))  # fmt: skip
+    assert seen == [(0, 2, "loading the target target"), (1, 2, "loading draft")]
+    seen.clear()
+    Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["ar"],
+                 progress=lambda *a: seen.append(a))  # fmt: skip
+    assert seen == [(0, 1, "loading the target target")]  # a part no chosen method needs is not counted
