@@ -190,6 +190,14 @@ class SettingsPanel(QGroupBox):
         self.top_p.setValue(1.0)
         self.seed = QSpinBox()
         self.seed.setRange(0, 2**31 - 1)
+        self.budget = QComboBox()
+        self.budget.addItem("cost-aware", "auto")
+        self.budget.addItem("full", "full")
+        self.budget.setToolTip(
+            "cost-aware: each step drafts as deep as this run's measured step times and acceptance say pays, down "
+            "to a plain step (the chosen depth shows in the step inspector) · full: every step drafts as much as "
+            "the drafter's settings allow, as in the papers"
+        )
         self.methods: dict[str, QCheckBox] = {}
         for s in DRAFTERS:
             box = QCheckBox(s.name)
@@ -209,6 +217,7 @@ class SettingsPanel(QGroupBox):
         form.addRow("temperature", self.temperature)
         form.addRow("top-p", self.top_p)
         form.addRow("seed", self.seed)
+        form.addRow("draft size", self.budget)
         grid = QWidget()
         gl = QGridLayout(grid)
         gl.setContentsMargins(0, 0, 0, 0)
@@ -257,6 +266,7 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("temperature", gen.temperature.value())
     settings.setValue("top_p", gen.top_p.value())
     settings.setValue("seed", gen.seed.value())
+    settings.setValue("draft_budget", gen.budget.currentData())
     for name, value in gen.knobs.values().items():
         settings.setValue(f"drafters/{name}", value)
     settings.setValue("sequential", gen.sequential.isChecked())
@@ -284,6 +294,7 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
     gen.temperature.setValue(get("temperature", 0.0, float))
     gen.top_p.setValue(get("top_p", 1.0, float))
     gen.seed.setValue(get("seed", 0, int))
+    gen.budget.setCurrentIndex(max(0, gen.budget.findData(get("draft_budget", "auto"))))
     gen.knobs.set_values({name: settings.value(f"drafters/{name}") for name in gen.knobs.widgets})
     gen.sequential.setChecked(get("sequential", False, bool))
     gen.show_rejected.setChecked(get("show_rejected", False, bool))

@@ -14,6 +14,16 @@ from engine.tree import is_chain, node_depths
 EMPTY = "Click a token or a point on the accepted-length chart to inspect its step."
 
 
+def budget_text(ev: StepEvent) -> str:
+    """What the cost-aware draft budget allowed this step, when one ran."""
+    if ev.step == 0 or "depth_cap" not in ev.extra:
+        return ""
+    cap = ev.extra["depth_cap"]
+    if cap is None:
+        return " (budget: uncapped)"
+    return " (budget: a plain step)" if cap == 0 else f" (budget: at most {cap} deep)"
+
+
 class StepInspector(QWidget):
     def __init__(self) -> None:
         super().__init__()
@@ -40,7 +50,7 @@ class StepInspector(QWidget):
         self.tree.clear()
         kind = "prefill" if ev.step == 0 else ("chain" if is_chain(ev.draft_parents) else "tree")
         self.title.setText(
-            f"{lane} · step {ev.step} · {kind} of {len(ev.draft_tokens)} draft tokens · "
+            f"{lane} · step {ev.step} · {kind} of {len(ev.draft_tokens)} draft tokens{budget_text(ev)} · "
             f"accepted {len(ev.accepted_nodes)} · emitted {len(ev.tokens)} · "
             f"draft {ev.draft_seconds * 1e3:.1f} ms · verify {ev.verify_seconds * 1e3:.1f} ms"
         )

@@ -287,6 +287,7 @@ class MainWindow(QMainWindow):
                 self._drafter_options(),
                 not g.sequential.isChecked(),
                 chat=self.prompt_panel.chat_wanted(),
+                draft_budget=g.budget.currentData(),
             )
             self.controller.race(self.prompt_panel.text.toPlainText(), settings)
         except GlanceError as exc:

@@ -66,6 +66,16 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(k.flag, dest=k.name, type=k.kind, default=None, choices=k.knob.choices, help=text + extra)
 
 
+def _add_budget_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--draft-budget",
+        default="auto",
+        choices=["auto", "full"],
+        help="auto (default): each step drafts as deep as this run's measured step times and acceptance say pays, "
+        "down to a plain step; full: every step drafts as much as the drafter's settings allow, as in the papers",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from engine.bench.reference import REFERENCES
     from engine.registry import METHODS
@@ -82,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--seed", type=int, default=0)
     _add_drafter_args(g)
+    _add_budget_arg(g)
     g.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     g.add_argument("--log", help="write a session log (JSON Lines) to this file")
 
@@ -102,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-results", help="folder for results.json, results.md and charts")
     _add_model_args(b)
     _add_drafter_args(b)
+    _add_budget_arg(b)
 
     cv = sub.add_parser("convert", help="dequantise a GGUF file once into an ordinary model folder")
     cv.add_argument("gguf", help="the .gguf file")
@@ -206,7 +218,14 @@ def cmd_generate(args) -> int:
 
     _validate_generate(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)
-    settings = RaceSettings([args.method], args.max_new_tokens, sampling, _drafter_options(args), chat=args.chat)
+    settings = RaceSettings(
+        [args.method],
+        args.max_new_tokens,
+        sampling,
+        _drafter_options(args),
+        chat=args.chat,
+        draft_budget=args.draft_budget,
+    )
     session = _load_session(args, [args.method])
     decoder = session.decoder(args.method, settings)  # a missing part or a bad option fails before anything runs
     target, tok = session.target, session.tokenizer
@@ -319,6 +338,7 @@ def cmd_bench(args) -> int:
         SamplingConfig(args.temperature, args.top_p, args.seed),
         args.max_new_tokens,
         chat=args.chat,
+        draft_budget=args.draft_budget,
     )
     bar = tqdm(total=1, desc="bench", unit="run", dynamic_ncols=True)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.budget import FullBudget
 from engine.cache import cache_length, check_window, compact_tail, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
@@ -54,9 +55,11 @@ class Decoder:
         eos_token_ids: list[int] | int | None = None,
         variant: str | None = None,
         details: bool = True,
+        budget: FullBudget | None = None,
     ):
         """`details`: give every event the target's probability of each emitted token and its top tokens per
-        verified row (tooltips, the step inspector); benchmarks turn it off, it costs a softmax and a top-k."""
+        verified row (tooltips, the step inspector); benchmarks turn it off, it costs a softmax and a top-k.
+        `budget`: how deep each step may draft (engine/budget.py; default: as deep as the drafter's settings)."""
         if max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {max_new_tokens})")
         self.target = target
@@ -68,6 +71,7 @@ class Decoder:
         self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
         self.details = details
+        self.budget = budget or FullBudget()
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -117,6 +121,7 @@ class Decoder:
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
         drafter.reset()
+        self.budget.reset()
         self.check_fits(len(prompt_ids))
         cache = new_cache(self.target.config)
         state = DecodeState(list(prompt_ids), len(prompt_ids), self.sampling, gen)
@@ -151,7 +156,8 @@ class Decoder:
                 break
             budget = self.max_new_tokens - len(new)
             ts = time.perf_counter()
-            draft = drafter.propose(state, max_tokens=budget - 1)
+            cap = self.budget.choose()  # None: as deep as the drafter's settings allow
+            draft = drafter.propose(state, max_tokens=budget - 1 if cap is None else min(budget - 1, cap))
             sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)
@@ -172,6 +178,7 @@ class Decoder:
             sync(self.device)
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
+            self.budget.observe(cap, draft, len(step.accepted), d_s, v_s)
             draft_s += d_s
             verify_s += v_s
             new.extend(emitted)
@@ -179,6 +186,8 @@ class Decoder:
             probs, top = self._target_view(logits, emitted, rows)
             clock = prefill_s + draft_s + verify_s
             event = step_event(run_id, self.variant, steps, draft, step, d_s, v_s, clock, len(new), probs, top)
+            if self.budget.name != "full":
+                event.extra["depth_cap"] = cap  # what the budget allowed this step (None: no cap)
             stats.add(event)
             yield event
 
@@ -206,6 +215,7 @@ class Decoder:
                 "top_p": self.sampling.top_p,
                 "seed": self.sampling.seed,
                 "max_new_tokens": self.max_new_tokens,
+                "draft_budget": self.budget.name,
                 **drafter.settings(),
             },
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.budget import make_budget
 from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
@@ -31,10 +32,12 @@ class RaceSettings:
     options: DrafterOptions = field(default_factory=DrafterOptions)
     interleaved: bool = True
     chat: bool | None = None  # send the prompt as a user message in the chat template (None: when there is one)
+    draft_budget: str = "auto"  # how deep each step drafts: "auto" (cost-aware) or "full" (the drafter's settings)
 
     def __post_init__(self) -> None:
         for m in self.methods:
             spec(m)  # unknown names fail here, with the list of known ones
+        make_budget(self.draft_budget)
         if self.max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {self.max_new_tokens})")
 
@@ -49,6 +52,7 @@ class RaceSettings:
             "drafters": self.options.flat(),
             "interleaved": self.interleaved,
             "chat": self.chat,
+            "draft_budget": self.draft_budget,
         }
 
 
@@ -159,6 +163,7 @@ class Session:
             settings.max_new_tokens,
             self.stop_ids(settings.chat),
             variant=method,
+            budget=make_budget(settings.draft_budget),
         )
 
     def race(

@@ -534,3 +534,15 @@ def test_load_progress_names_the_part_loading(qtbot, tiny_window):
     assert win.model_panel.busy.format() == "loading medusa (1/3)" and win.model_panel.busy.maximum() == 3
     win._on_progress(2, 5, "prompt 2")  # any other job's progress goes to the benchmark tab
     assert win.bench.progress.maximum() == 5
+
+
+def test_the_inspector_names_the_draft_budget_of_a_step(qtbot, tiny_window):
+    win = tiny_window
+    assert win.gen_panel.budget.currentData() == "auto"  # cost-aware by default
+    run_race(qtbot, win)
+    win.inspect("vanilla", 3)
+    assert "(budget: " in win.inspector.title.text()
+    win.gen_panel.budget.setCurrentIndex(win.gen_panel.budget.findData("full"))
+    run_race(qtbot, win)
+    win.inspect("vanilla", 3)
+    assert "budget" not in win.inspector.title.text()  # full drafts: nothing to say

@@ -1,12 +1,14 @@
 """The bundled demo family: loads with plain transformers calls, matches its model card, drafts usefully."""
 
 import json
+import random
 import re
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from engine.budget import CostAwareBudget, FullBudget
 from engine.decoder import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
@@ -106,3 +108,34 @@ def test_prompt_suite_is_heldout_and_varied():
     heldout = {p.relative_to(corpus.root).as_posix() for p in corpus.heldout}
     assert all(r["source"] in heldout for r in records)
     assert all(r["prompt"].strip() for r in records)
+
+
+class RandomCaps(FullBudget):
+    """A depth cap drawn at random every step, 0 (a plain step) included: the hardest schedule for a drafter's
+    state, which must stay consistent whatever size its drafts are."""
+
+    name = "random"
+
+    def __init__(self) -> None:
+        self.rng = random.Random(0)
+
+    def choose(self) -> int | None:
+        return self.rng.choice([None, 0, 0, 1, 2, 3])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", DRAFTERS)
+@pytest.mark.parametrize("budget", [RandomCaps, CostAwareBudget])
+def test_draft_budgets_change_only_the_draft_size(bundled, method, budget):
+    """Capped drafts, plain steps in between included, give plain greedy decoding's output token for token."""
+    target, draft, tok = bundled
+    drafter = DRAFTERS[method](target, draft)
+    caps = set()
+    for rec in load_prompt_suite(SUITE)[5::40][:2]:
+        ids = tok(rec["prompt"])["input_ids"]
+        ref = Decoder(target, max_new_tokens=40, eos_token_ids=tok.eos_token_id).generate(ids).tokens
+        res = Decoder(target, drafter, max_new_tokens=40, eos_token_ids=tok.eos_token_id, budget=budget()).generate(ids)
+        assert res.tokens == ref, rec["id"]
+        caps |= {e.extra["depth_cap"] for e in res.events[1:]}
+        assert res.summary.settings["draft_budget"] == budget.name
+    assert 0 in caps and (None in caps or budget is CostAwareBudget)  # plain steps ran, and uncapped ones

@@ -143,7 +143,7 @@ def markdown(results: dict) -> str:
     if "suite" in results:
         text += (
             f"{s['prompts']} prompts × {s['repeats']} repeat(s), {s['max_new_tokens']} new tokens, "
-            f"temperature {s['temperature']}\n\n"
+            f"temperature {s['temperature']}, draft budget {s.get('draft_budget', 'full')}\n\n"
         )
         text += suite_table(results["suite"]["methods"], s["temperature"]) + "\n"
         text += category_table(results["suite"]["categories"])

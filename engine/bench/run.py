@@ -34,6 +34,7 @@ def run_benchmark(
             "top_p": setup.sampling.top_p,
             "seed": setup.sampling.seed,
             "drafters": setup.options.flat(),
+            "draft_budget": "full" if batch_sizes else setup.draft_budget,  # the batch sweep drafts in full
             "batch_sizes": batch_sizes,
         },
     }

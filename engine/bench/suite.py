@@ -10,6 +10,7 @@ import torch
 
 from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
+from engine.budget import make_budget
 from engine.chat import encode_prompt, stop_ids, use_chat
 from engine.decoder import Decoder
 from engine.errors import GlanceError
@@ -33,6 +34,7 @@ class BenchSetup:
     max_new_tokens: int = 64
 
     chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
+    draft_budget: str = "auto"  # how deep each step drafts (engine/budget.py): "auto" or "full"
 
     @property
     def eos(self) -> list[int]:
@@ -69,7 +71,16 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
             )
         return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}
     drafter = build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling)
-    decoder = Decoder(setup.target.model, drafter, setup.sampling, max_new, setup.eos, variant=method, details=False)
+    decoder = Decoder(
+        setup.target.model,
+        drafter,
+        setup.sampling,
+        max_new,
+        setup.eos,
+        variant=method,
+        details=False,
+        budget=make_budget(setup.draft_budget),
+    )
     with ModelClock(setup.timed_modules()) as clock:
         res = decoder.generate(ids)
     s, st = res.summary, RunStats()

@@ -42,7 +42,8 @@ class Drafter:
         """Called once after prefill."""
 
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        """A draft of at most `max_tokens` nodes after the pending token."""
+        """A draft at most `max_tokens` deep: no path after the pending token longer than that (the tokens left to
+        generate, or a draft budget's depth cap; 0 asks for no draft, a plain step)."""
         return Draft()
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:

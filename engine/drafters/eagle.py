@@ -75,7 +75,10 @@ class EagleDrafter(Drafter):
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         rows = state.rows  # verify rows whose features predicted the emitted tokens
         feats = self.features(state.target_out)[rows]  # [k, H]
-        self.pending = (state.tokens[-len(rows) :], feats)
+        toks = state.tokens[-len(rows) :]
+        if self.pending is not None:  # this step drafted nothing (its depth cap was 0): the earlier pairs still wait
+            toks, feats = self.pending[0] + toks, torch.cat([self.pending[1], feats.to(self.pending[1].dtype)])
+        self.pending = (toks, feats)
 
     def _drop_drafts(self, committed: int) -> None:
         """Keep only the committed pairs in the head's cache: draft entries were only for drafting."""
@@ -189,7 +192,7 @@ class EagleDrafter(Drafter):
             frontier = children
         self._drop_drafts(committed)
 
-        budget = min(self.total if self.dynamic else len(tokens), max_tokens, len(tokens))
+        budget = min(self.total if self.dynamic else len(tokens), len(tokens))  # max_tokens capped the depth
         chosen = (
             set(sorted(range(len(tokens)), key=lambda c: -scores[c])[:budget])
             if self.dynamic

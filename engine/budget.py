@@ -1,0 +1,124 @@
+"""How deep each step may draft. `FullBudget` lets the drafter's own settings decide (every step drafts in full);
+`CostAwareBudget` picks, before each step, the depth cap that maximises expected tokens per second from what this run
+has measured: the time of a step (drafting and verifying) at each depth it drafted, and the acceptance observed at
+each depth. A cap of 0 is a plain decoding step. Only the draft's
+size changes, never the acceptance rule, so output stays exactly the target's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from engine.tree import Draft, node_depths
+
+WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
+EXPLORE_EVERY = 6  # then every 6th step drafts uncapped or tries the next cap in turn: every estimate stays fresh
+KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
+
+
+class FullBudget:
+    """Every step drafts as much as the drafter's settings allow (the behaviour of the papers' loops)."""
+
+    name = "full"
+
+    def reset(self) -> None:
+        """Forget the previous run."""
+
+    def choose(self) -> int | None:
+        """The depth cap for the next step; None: no cap."""
+        return None
+
+    def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
+        """What the step that ran under `cap` drafted, how many of its tokens were accepted, and what it cost."""
+
+
+@dataclass
+class CostAwareBudget(FullBudget):
+    """The depth cap with the most expected tokens per second, re-chosen every step.
+
+    Expected tokens at cap D: 1 + the chance the accepted path gets through depth 1, 2, ... D, from the acceptance
+    seen at each depth (any draft that reached a depth tells, whatever its cap). Seconds at cap D: the median of the
+    latest steps that drafted D deep (draft plus verify), linear between measured depths, flat beyond them."""
+
+    name = "auto"
+    steps: int = 0
+    max_depth: int = 0  # deepest draft seen in this run
+    reached: list[float] = field(default_factory=list)  # per depth (index 0 = depth 1): steps whose draft reached it
+    accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
+    recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
+
+    def reset(self) -> None:
+        self.__init__()
+
+    def choose(self) -> int | None:
+        if self.steps < WARMUP_STEPS - 1 or self.max_depth == 0:
+            return None
+        if self.steps == WARMUP_STEPS - 1:
+            return 0  # measure a plain step: the baseline every cap must beat
+        if self.steps % EXPLORE_EVERY == 0:  # uncapped every other time (deep acceptance), else the next cap
+            turn = self.steps // EXPLORE_EVERY
+            return None if turn % 2 else (turn // 2) % (self.max_depth + 1)
+        return max(range(self.max_depth + 1), key=self.rate)
+
+    def expected_tokens(self, cap: int) -> float:
+        """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep."""
+        total, through = 1.0, 1.0
+        for k in range(min(cap, self.max_depth)):
+            through *= (self.accepted[k] + 1) / (self.reached[k] + 2)  # Laplace: an unseen depth counts as 1/2
+            total += through
+        return total
+
+    @property
+    def seconds_at(self) -> dict[int, float]:
+        """Depth drafted -> the median seconds of its latest steps (a median: one step stalled by the machine must
+        not move a cap's estimate)."""
+        return {d: statistics.median(v) for d, v in self.recent.items()}
+
+    def seconds(self, cap: int) -> float:
+        """Predicted seconds of a step drafting `cap` deep, from the measured depths around it."""
+        at = self.seconds_at
+        known = sorted(at)
+        if not known:
+            return 0.0
+        below = [d for d in known if d <= cap]
+        above = [d for d in known if d >= cap]
+        if not below:
+            return at[above[0]]
+        if not above:
+            return at[below[-1]]
+        lo, hi = below[-1], above[0]
+        if lo == hi:
+            return at[lo]
+        w = (cap - lo) / (hi - lo)
+        return (1 - w) * at[lo] + w * at[hi]
+
+    def rate(self, cap: int) -> float:
+        return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
+
+    def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.steps += 1
+        deepest = max(node_depths(draft.parents), default=0)
+        if deepest > self.max_depth:
+            grow = deepest - self.max_depth
+            self.reached += [0.0] * grow
+            self.accepted += [0.0] * grow
+            self.max_depth = deepest
+        for k in range(deepest):
+            self.reached[k] += 1
+            self.accepted[k] += k < accepted
+        kept = self.recent.setdefault(deepest, [])
+        kept.append(draft_s + verify_s)
+        del kept[:-KEEP]
+
+
+BUDGETS = {"full": FullBudget, "auto": CostAwareBudget}
+
+
+def make_budget(name: str) -> FullBudget:
+    """A budget policy by name ("full" or "auto")."""
+    from engine.errors import GlanceError
+
+    if name not in BUDGETS:
+        raise GlanceError(f"unknown draft budget {name!r}: choose one of {', '.join(BUDGETS)}")
+    return BUDGETS[name]()

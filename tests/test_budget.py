@@ -1,0 +1,59 @@
+"""The cost-aware draft budget: it drafts deep where deep drafts pay and plainly where they do not."""
+
+import pytest
+
+from engine.budget import WARMUP_STEPS, CostAwareBudget, FullBudget, make_budget
+from engine.errors import GlanceError
+from engine.session import RaceSettings
+from engine.tree import Draft
+
+
+def chain(depth: int) -> Draft:
+    return Draft(list(range(depth)), list(range(-1, depth - 1)))
+
+
+def run(budget: CostAwareBudget, steps: int, accepted_of, seconds_of) -> list:
+    """Drive the budget like the loop does: `accepted_of(depth)` tokens accepted of a draft that deep, at
+    `seconds_of(depth)` seconds per step; a draft is 4 deep unless capped."""
+    caps = []
+    for _ in range(steps):
+        cap = budget.choose()
+        depth = 4 if cap is None else min(cap, 4)
+        budget.observe(cap, chain(depth), accepted_of(depth), 0.0, seconds_of(depth))
+        caps.append(cap)
+    return caps
+
+
+def test_slow_verification_and_poor_acceptance_lead_to_plain_steps():
+    """A real model on a CPU: every drafted token costs a lot and one in five is accepted."""
+    budget = CostAwareBudget()
+    caps = run(budget, 60, lambda d: 1 if d and budget.steps % 5 == 0 else 0, lambda d: 0.060 * (1 + 0.5 * d))
+    later = caps[WARMUP_STEPS:]
+    assert later.count(0) > 0.7 * len(later)  # mostly plain steps: exploration keeps a few others
+    assert caps[WARMUP_STEPS - 1] == 0  # a plain step is measured early
+
+
+def test_cheap_verification_and_good_acceptance_lead_to_full_depth():
+    budget = CostAwareBudget()
+    caps = run(budget, 60, lambda d: d, lambda d: 0.015 + 0.001 * d)
+    later = caps[10:]
+    assert sum(c in (None, 4) for c in later) > 0.8 * len(later)
+
+
+def test_estimates_follow_measurements():
+    budget = CostAwareBudget()
+    run(budget, 12, lambda d: d // 2, lambda d: 0.010 + 0.002 * d)
+    assert budget.seconds(0) == pytest.approx(0.010)
+    assert budget.seconds(4) == pytest.approx(0.018)
+    assert 1.0 < budget.expected_tokens(4) < 5.0
+    assert budget.expected_tokens(0) == 1.0
+
+
+def test_budgets_by_name():
+    assert isinstance(make_budget("full"), FullBudget) and make_budget("full").choose() is None
+    assert isinstance(make_budget("auto"), CostAwareBudget)
+    with pytest.raises(GlanceError, match="unknown draft budget 'fast'"):
+        make_budget("fast")
+    with pytest.raises(GlanceError, match="draft budget"):
+        RaceSettings(["ar"], draft_budget="fast")
+    assert RaceSettings(["ar"]).describe()["draft_budget"] == "auto"
