@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from engine.errors import GlanceError
@@ -74,6 +76,10 @@ def _add_budget_arg(p: argparse.ArgumentParser) -> None:
         help="auto (default): each step drafts as deep as this run's measured step times and acceptance say pays, "
         "down to a plain step; full: every step drafts as much as the drafter's settings allow, as in the papers",
     )
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -189,6 +195,10 @@ def _drafter_options(args):
 def _validate_generate(args) -> None:
     if not args.prompt.strip():
         raise GlanceError("the prompt is empty: pass some text with --prompt")
+    try:
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:  # bytes the terminal passed that are not UTF-8 (kept as lone surrogates)
+        raise GlanceError(f"the prompt is not UTF-8 text (an undecodable byte at character {exc.start})") from None
     if args.max_new_tokens < 1:
         raise GlanceError(f"--max-new-tokens must be at least 1 (got {args.max_new_tokens})")
     if args.temperature < 0:
@@ -252,6 +262,15 @@ def cmd_generate(args) -> int:
                     shown = text
             else:
                 summary = item
+    except KeyboardInterrupt:  # Ctrl+C or a SIGTERM: keep what was produced (the log already holds its steps)
+        text = tok.decode(new, skip_special_tokens=True)
+        if args.json:
+            partial = {"method": args.method, "token_ids": new, "text": text, "new_tokens": len(new)}
+            print(json.dumps(partial | {"stop_reason": "interrupted", "prompt_ids": prompt_ids}))
+        else:
+            sys.stdout.write("\n")
+        print(f"glance: interrupted after {len(new)} tokens", file=sys.stderr)
+        return 130
     finally:
         if writer:
             writer.close()
@@ -464,6 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    main_thread = threading.current_thread() is threading.main_thread()
+    # `kill` stops a run as Ctrl+C does, so what was produced is kept; the caller's handler comes back after.
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
         commands = {
             "generate": cmd_generate,
@@ -479,3 +501,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glance: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)

@@ -101,6 +101,24 @@ def _check_folder(path: Path) -> None:
         ) from None
 
 
+def _check_hub_reachable(timeout: float = 5.0) -> None:
+    """One quick connection to the hub before a download, so that no network fails in seconds with one line
+    instead of after a minute of the hub client's retries."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urlparse(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        raise GlanceError(
+            f"cannot reach {host} to download ({exc.strerror or exc}): check the network, or point --target at a "
+            "local folder or .gguf file"
+        ) from None
+
+
 def load_model(
     name: str | os.PathLike,
     device: str | torch.device = "auto",
@@ -126,6 +144,8 @@ def load_model(
             name, local = str(folder), True
     if local and name.lower().endswith(".gguf"):
         return _load_gguf(Path(name).expanduser(), dev, dt, kwargs)
+    if not local and allow_download:
+        _check_hub_reachable()
     if local:
         path = Path(name).expanduser()
         _check_folder(path)
@@ -142,6 +162,21 @@ def load_model(
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad or missing models
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if "trust_remote_code" in str(exc) and not trust_remote_code:
+            raise GlanceError(
+                f"'{name}' needs its own Python code to load (a custom architecture): pass --trust-remote-code "
+                "(in the app: tick 'trust remote code') only if you trust where it comes from"
+            ) from None
+        if "size mismatch" in str(exc) or "mismatched" in str(exc) or "above report" in str(exc):
+            raise GlanceError(
+                f"the weights in '{name}' do not have the shapes its config.json describes: the folder mixes "
+                "files of different models, or its config was edited"
+            ) from None
+        if "does not recognize this architecture" in str(exc):
+            raise GlanceError(
+                f"'{name}' is an architecture this transformers does not know: a newer transformers may load it, "
+                "or, if the model ships its own code, --trust-remote-code"
+            ) from None
         if not local and not allow_download:
             raise GlanceError(
                 f"'{name}' is not a local folder and could not be loaded from the local Hugging Face cache "

@@ -28,6 +28,8 @@ class SamplingConfig:
             )
         if not 0 < self.top_p <= 1:
             raise GlanceError(f"top-p must be in (0, 1] (got {self.top_p})")
+        if not 0 <= self.seed < 2**63:  # what torch.Generator.manual_seed takes
+            raise GlanceError(f"the seed must be an integer from 0 to 2**63 - 1 (got {self.seed})")
 
     @property
     def greedy(self) -> bool:

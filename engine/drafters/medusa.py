@@ -55,6 +55,13 @@ TYPICAL_EPS = 0.09
 TYPICAL_ALPHA = 0.3
 
 
+def _index(value) -> int:
+    """A path index: an integer (not a string, a float or a bool that happens to convert)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(value)
+    return value
+
+
 def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
     """A tree by name (see TREES) or as a JSON list of paths; every path's parent must be in the tree."""
     if isinstance(spec, str):
@@ -70,9 +77,13 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
                 ) from None
     else:
         paths = spec
-    paths = [tuple(int(i) for i in p) for p in paths]
+    shape = "a Medusa tree is a non-empty list of non-empty paths of non-negative indices, such as [[0], [0, 0], [1]]"
+    try:
+        paths = [tuple(_index(i) for i in p) for p in paths]
+    except (TypeError, ValueError):
+        raise GlanceError(f"{shape} (got {spec!r})"[:300]) from None
     if not paths or any(len(p) == 0 or min(p) < 0 for p in paths):
-        raise GlanceError("a Medusa tree is a non-empty list of non-empty paths of non-negative indices")
+        raise GlanceError(shape)
     known = set(paths)
     for p in paths:
         if len(p) > 1 and p[:-1] not in known:

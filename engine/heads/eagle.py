@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from engine.errors import GlanceError
+from engine.heads.checkpoint import config_errors, read_tensors
 
 WEIGHTS_SAFE = "model.safetensors"
 WEIGHTS_BIN = "pytorch_model.bin"
@@ -116,13 +117,7 @@ class EagleHead(nn.Module):
 
 def read_state(folder: Path) -> dict:
     """A head's tensors from model.safetensors, else pytorch_model.bin (weights_only: never unpickles code)."""
-    if (folder / WEIGHTS_SAFE).exists():
-        from safetensors.torch import load_file
-
-        return load_file(str(folder / WEIGHTS_SAFE))
-    if (folder / WEIGHTS_BIN).exists():
-        return torch.load(folder / WEIGHTS_BIN, map_location="cpu", weights_only=True)
-    raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_BIN}")
+    return read_tensors(folder, WEIGHTS_SAFE, WEIGHTS_BIN)
 
 
 def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
@@ -147,8 +142,9 @@ def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
     cfg.setdefault("hidden_size", hidden)
     cfg["bias"] = "fc.bias" in state
     state = {k: v for k, v in state.items() if k != "embed_tokens.weight"}
-    head = EagleHead(cfg, target)
-    missing, unexpected = head.load_state_dict(state, strict=False)
+    with config_errors(folder, "EAGLE layer", "hidden_size, intermediate_size and num_attention_heads"):
+        head = EagleHead(cfg, target)
+        missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.startswith("rotary.")]
     if missing or unexpected:
         raise GlanceError(

@@ -26,6 +26,7 @@ from torch import nn
 
 from engine.errors import GlanceError
 from engine.features import default_feature_layers
+from engine.heads.checkpoint import config_errors
 from engine.heads.eagle import WEIGHTS_SAFE, read_state
 
 
@@ -281,7 +282,8 @@ def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
                 else ""
             )
             raise GlanceError(f"{folder}: no key {key}: not the EAGLE-3 layout{hint}")
-    cfg = _config(raw, target, state)
+    with config_errors(folder, "EAGLE-3 layer", "hidden_size, intermediate_size and num_attention_heads"):
+        cfg = _config(raw, target, state)
     hidden = target.get_input_embeddings().weight.shape[1]
     want_fc = (cfg["hidden_size"], 3 * cfg.get("target_hidden_size", hidden))
     if tuple(state["fc.weight"].shape) != want_fc:
@@ -296,7 +298,8 @@ def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
         raise GlanceError(f"{folder}: feature layers {cfg['layer_ids']} do not exist in a {n}-layer target")
     state = {k: v for k, v in state.items() if k != "embed_tokens.weight"}
     state.setdefault("t2d", torch.zeros(cfg["vocab_size"], dtype=torch.bool))
-    head = Eagle3Head(cfg, target)
+    with config_errors(folder, "EAGLE-3 layer", "hidden_size, intermediate_size and num_attention_heads"):
+        head = Eagle3Head(cfg, target)
     own = head.state_dict()
     for key, value in state.items():
         if key in own and tuple(own[key].shape) != tuple(value.shape):

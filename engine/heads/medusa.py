@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from engine.errors import GlanceError
+from engine.heads.checkpoint import config_errors, read_tensors
 
 WEIGHTS_SAFE = "medusa_lm_head.safetensors"
 WEIGHTS_PT = "medusa_lm_head.pt"
@@ -107,17 +108,18 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
         raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not a Medusa heads folder") from None
     if "medusa_num_heads" not in cfg:
         raise GlanceError(f"{folder}/config.json has no medusa_num_heads: not a Medusa heads folder")
-    if (folder / WEIGHTS_SAFE).exists():
-        from safetensors.torch import load_file
-
-        state = load_file(str(folder / WEIGHTS_SAFE))
-    elif (folder / WEIGHTS_PT).exists():
-        state = torch.load(folder / WEIGHTS_PT, map_location="cpu", weights_only=True)
-    else:
-        raise GlanceError(f"{folder} holds neither {WEIGHTS_SAFE} nor {WEIGHTS_PT}")
+    state = read_tensors(folder, WEIGHTS_SAFE, WEIGHTS_PT)
     lm_head = target.get_output_embeddings()
     vocab, hidden = lm_head.weight.shape
-    k, layers = int(cfg["medusa_num_heads"]), int(cfg.get("medusa_num_layers", 1))
+    try:
+        k, layers = int(cfg["medusa_num_heads"]), int(cfg.get("medusa_num_layers", 1))
+    except (TypeError, ValueError):
+        raise GlanceError(
+            f"{folder}/config.json: medusa_num_heads and medusa_num_layers must be whole numbers "
+            f"(got {cfg.get('medusa_num_heads')!r} and {cfg.get('medusa_num_layers', 1)!r})"
+        ) from None
+    if not (1 <= k <= 64 and 1 <= layers <= 64):
+        raise GlanceError(f"{folder}/config.json: {k} heads x {layers} layers is not a Medusa configuration")
     shared = bool(cfg.get("shared_lm_head", False))
     block = state.get("0.0.linear.weight")
     if block is None:
@@ -136,8 +138,10 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
                 f"Medusa heads predict {proj.shape[0]} tokens, the target's vocabulary has {vocab}: "
                 "these heads were trained for another model"
             )
-    heads = MedusaHeads(hidden, vocab, k, layers, lm_head if shared else None, cfg.get("base_model_name_or_path", ""))
-    missing, unexpected = heads.load_state_dict(state, strict=False)
+    with config_errors(folder, "Medusa heads", "medusa_num_heads"):
+        base = cfg.get("base_model_name_or_path", "")
+        heads = MedusaHeads(hidden, vocab, k, layers, lm_head if shared else None, base)
+        missing, unexpected = heads.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise GlanceError(
             f"{folder}: the checkpoint does not fit {k} heads x {layers} layers "

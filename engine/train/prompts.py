@@ -136,4 +136,31 @@ def write_prompt_suite(records: list[dict], path: Path) -> None:
 
 
 def load_prompt_suite(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Prompt records from a JSON Lines file: one object per line with a non-empty string "prompt", and optionally
+    "id" and "category" (defaults: the line number, "custom"). Anything else is a GlanceError naming the line."""
+    from engine.errors import GlanceError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise GlanceError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise GlanceError(f"cannot read the prompt file {path}: {exc.strerror or exc}") from None
+    records = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise GlanceError(f"{path}:{n}: not JSON ({exc.msg}): each line is one object like "
+                              '{"prompt": "def add(a, b):"}') from None  # fmt: skip
+        if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
+            raise GlanceError(f'{path}:{n}: each line needs a non-empty string "prompt" (got {line.strip()[:80]})')
+        rec.setdefault("id", f"line-{n}")
+        rec.setdefault("category", "custom")
+        rec["id"], rec["category"] = str(rec["id"]), str(rec["category"])
+        records.append(rec)
+    if not records:
+        raise GlanceError(f"{path} holds no prompts")
+    return records
