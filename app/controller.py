@@ -12,7 +12,16 @@ from pathlib import Path
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
 from app.worker import EngineWorker, WorkerThread
-from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, Session, SessionLogWriter, StepEvent
+from engine import (
+    DrafterOptions,
+    GlanceError,
+    RaceSettings,
+    SamplingConfig,
+    Session,
+    SessionLogWriter,
+    StepEvent,
+    read_session_logs,
+)
 
 
 class PieceDecoder:
@@ -149,6 +158,17 @@ class Controller(QObject):
             )
 
         self._start("benchmark", job)
+
+    def read_log(self, path: Path) -> None:
+        """Read a session log on the worker thread (a 200 MB log takes seconds): its runs, with progress in KB."""
+
+        def job(worker: EngineWorker) -> list:
+            def progress(done: int, total: int) -> None:
+                worker.progress.emit(done // 1024, max(1, total // 1024), f"reading {Path(path).name}")
+
+            return read_session_logs(path, progress, worker.cancel.is_set)
+
+        self._start("open", job)
 
     def stop(self) -> None:
         self.thread.worker.cancel.set()

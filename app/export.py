@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from engine import GlanceError
 from engine.report import markdown_report, write_runs_csv, write_steps_csv
-from engine.session_log import read_session_log
+from engine.session_log import copy_run, read_session_log
 
 EXPORT_FILES = ["session.jsonl", "steps.csv", "runs.csv", "report.md"]
 
 
-def export_session(log_path: Path, folder: Path, charts=None) -> list[Path]:
-    """Write every export file into `folder`; raises GlanceError when the folder cannot be written."""
+def export_session(log_path: Path, folder: Path, charts=None, run: int = -1) -> list[Path]:
+    """Write every export file of one run of the log (default: the last) into `folder`; raises GlanceError when
+    the folder cannot be written."""
     folder = Path(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(log_path, folder / "session.jsonl")
+        copy_run(log_path, folder / "session.jsonl", run)
         log = read_session_log(folder / "session.jsonl")
         write_steps_csv(log, folder / "steps.csv")
         write_runs_csv(log, folder / "runs.csv")

@@ -36,7 +36,7 @@ from app.export import export_session
 from app.inspector import StepInspector
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
-from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, read_session_log
+from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig
 
 LEFT_MIN_WIDTH = 360  # the left column's width: every control fits in it (tests check at 1280 x 800)
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
@@ -55,6 +55,8 @@ class MainWindow(QMainWindow):
         )
         self.controller = Controller(self.autosave_dir)
         self.opened_log: Path | None = None  # a log opened with File > Open, while it is what the screen shows
+        self.opened_run = -1  # which run of that file the screen shows
+        self.opening: tuple[Path, bool] = (Path(), False)  # the log being read, and whether to replay it in time
 
         self.model_panel, self.prompt_panel, self.gen_panel = ModelPanel(), PromptPanel(), SettingsPanel()
         restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
@@ -336,7 +338,7 @@ class MainWindow(QMainWindow):
     def _set_running(self, name: str) -> None:
         self.race_button.setEnabled(False)
         self.run_one_button.setEnabled(False)
-        self.stop_button.setEnabled(name in ("race", "benchmark"))
+        self.stop_button.setEnabled(name in ("race", "benchmark", "open"))
         self.charts.set_live(name == "race")
         self.statusBar().showMessage(f"{name} running …")
 
@@ -350,6 +352,9 @@ class MainWindow(QMainWindow):
 
     # ---- events from the worker ---------------------------------------------------------------------------------
     def _on_progress(self, done: int, total: int, what: str) -> None:
+        if self.job == "open":
+            self.statusBar().showMessage(f"{what}: {100 * done // max(total, 1)}%")
+            return
         (self.model_panel if self.job == "load" else self.bench).on_progress(done, total, what)
 
     def _on_done(self, name: str, result) -> None:
@@ -360,6 +365,10 @@ class MainWindow(QMainWindow):
         elif name == "benchmark":
             self.bench.show_results(result)
             self.statusBar().showMessage("benchmark finished")
+        elif name == "open":
+            self._finish_job()
+            self._show_log(result)
+            return
         else:
             self._render_frame()
             self.statusBar().showMessage(f"race {result}; log: {self.log_path}")
@@ -367,6 +376,8 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, name: str, message: str) -> None:
         self._finish_job()
+        if name == "open":
+            message = f"cannot open {self.opening[0]}: {message}"
         if name == "load":  # the previous models stay loaded; say so instead of "loading …"
             kept = self.controller.session
             self.model_panel.info.setText(
@@ -398,7 +409,8 @@ class MainWindow(QMainWindow):
             self.show_error("nothing to export yet: run a race first")
             return []
         try:
-            written = export_session(shown, folder, self.charts)
+            run = self.opened_run if self.opened_log else -1
+            written = export_session(shown, folder, self.charts, run)
         except GlanceError as exc:
             self.show_error(str(exc))
             return []
@@ -411,17 +423,32 @@ class MainWindow(QMainWindow):
             self.open_log(Path(path), recorded_speed)
 
     def open_log(self, path: Path, recorded_speed: bool = False) -> None:
-        """Replay a saved log into fresh lanes and charts, instantly or on the recorded clocks."""
+        """Read a saved log on the worker thread, then replay the chosen run into fresh lanes and charts, instantly
+        or on the recorded clocks."""
         if self.job:
             self.show_error(f"a {self.job} is running: press Stop before opening a log")
             return
-        try:
-            log = read_session_log(path)
-        except (GlanceError, ValueError, TypeError) as exc:
-            self.show_error(f"cannot open {path}: {exc}")
+        self.opening = (Path(path), recorded_speed)
+        self.controller.read_log(Path(path))
+        self._set_running("open")
+
+    def choose_run(self, path: Path, runs: list) -> int | None:
+        """Which run of a file that holds several to show (None: none); the newest is offered first."""
+        from PySide6.QtWidgets import QInputDialog
+
+        labels = [run_label(i, log) for i, log in enumerate(runs)][::-1]
+        choice, ok = QInputDialog.getItem(self, "Open session log", f"{path.name} holds {len(runs)} runs:", labels, 0)
+        return len(runs) - 1 - labels.index(choice) if ok else None
+
+    def _show_log(self, runs: list) -> None:
+        path, recorded_speed = self.opening
+        index = len(runs) - 1 if len(runs) == 1 else self.choose_run(path, runs)
+        if index is None:
             return
+        log = runs[index]
         self.clear_error()
         self.opened_log = Path(path)
+        self.opened_run = index
         self.inspector.clear()
         names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
         self.race_view.reset(names, log.header.get("settings", {}))
@@ -429,8 +456,9 @@ class MainWindow(QMainWindow):
         items += [(s.wall_seconds, s.variant, s) for s in log.summaries]
         self.race_view.play(items, recorded_speed)
         notes = [n for n in (log.skipped_note(), "the file ends in a cut line" if log.truncated else "") if n]
+        which = f" (run {index + 1} of {len(runs)})" if len(runs) > 1 else ""
         self.statusBar().showMessage(
-            f"opened {path.name}: {len(log.steps)} steps" + (f" ({'; '.join(notes)})" if notes else "")
+            f"opened {path.name}{which}: {len(log.steps)} steps" + (f" ({'; '.join(notes)})" if notes else "")
         )
         if log.skipped:
             self.show_error(f"{path.name}: {log.skipped_note()}")
@@ -446,6 +474,14 @@ class MainWindow(QMainWindow):
         self.race_view.stop()
         self.controller.close()
         super().closeEvent(event)
+
+
+def run_label(index: int, log) -> str:
+    """One line naming a run of a log: its number, variants and prompt."""
+    settings = log.header.get("settings", {})
+    prompt = " ".join(str(settings.get("prompt", "")).split())[:40]
+    methods = ", ".join(settings.get("methods", [])) or "no methods"
+    return f"run {index + 1}: {methods} · {len(log.steps)} steps · {prompt!r}"
 
 
 def launch(splash: QWidget | None = None) -> int:

@@ -16,7 +16,7 @@ from engine.models import LoadedModel, check_same_vocabulary, load_model
 from engine.registry import BASELINE, DRAFTERS, METHODS
 from engine.sampling import SamplingConfig
 from engine.session import RaceSettings, Session
-from engine.session_log import SessionLogWriter, read_session_log
+from engine.session_log import SessionLogWriter, read_session_log, read_session_logs
 from engine.stats import RunStats
 from engine.variants import DrafterOptions, build_drafter
 
@@ -40,4 +40,5 @@ __all__ = [
     "check_same_vocabulary",
     "load_model",
     "read_session_log",
+    "read_session_logs",
 ]

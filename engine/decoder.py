@@ -71,7 +71,7 @@ class Decoder:
         self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
         self.details = details
-        self.budget = budget or FullBudget()
+        self.budget = budget if budget is not None and self.drafter.budgeted else FullBudget()
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 

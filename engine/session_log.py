@@ -11,7 +11,7 @@ import os
 import platform
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
@@ -119,18 +119,22 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict | None, str]
     """(line number, record or None, why not) for every complete line; a last line without its newline (cut
     mid-write) is not yielded."""
     with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.endswith(b"\n"):
-                return
-            try:
-                rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                yield number, None, "not JSON"
-                continue
-            if not isinstance(rec, dict):
-                yield number, None, "not a JSON object"
-                continue
-            yield number, rec, ""
+        yield from _lines(fh)
+
+
+def _lines(fh) -> Iterator[tuple[int, dict | None, str]]:
+    for number, raw in enumerate(fh, start=1):
+        if not raw.endswith(b"\n"):
+            return
+        try:
+            rec = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            yield number, None, "not JSON"
+            continue
+        if not isinstance(rec, dict):
+            yield number, None, "not a JSON object"
+            continue
+        yield number, rec, ""
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[dict]:
@@ -175,41 +179,81 @@ def parse_record(cls, rec: dict):
     return cls(**rec)
 
 
-def read_session_log(path: str | os.PathLike) -> SessionLog:
-    """Read a log back into events and summaries. Lines that are not JSON objects, of an unknown type or with a
-    missing or mistyped field are skipped and listed in `skipped`; only a file without a header is refused."""
+def read_session_logs(
+    path: str | os.PathLike,
+    progress: Callable[[int, int], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+) -> list[SessionLog]:
+    """Every run in a log, in file order: each header starts a run (`--log` appends one per command), so runs
+    are never merged into one lane. Lines that are not JSON objects, of an unknown type or with a missing or
+    mistyped field are skipped and listed in their run's `skipped`; only a file that does not start with a header
+    is refused. `progress(bytes read, file size)` is told every few thousand lines; `cancel()` true stops the read
+    (GlanceError "reading cancelled")."""
     path = Path(path)
     if not path.exists():
         raise GlanceError(f"session log not found: {path}")
     if path.is_dir():
         raise GlanceError(f"{path} is a folder, not a session log")
-    lines = iter_lines(path)
-    first = next(lines, None)
-    if first is None:
-        raise GlanceError(f"{path} is empty or holds no complete line")
-    _, header, _ = first
-    if header is None or header.get("type") != "header":
-        raise GlanceError(f"{path} is not a Glance session log (its first line is not a header)")
-    log = SessionLog(header)
-    kinds = {"step": (StepEvent, log.steps), "summary": (RunSummary, log.summaries)}
-    for number, rec, why in lines:
-        if rec is None:
-            log.skipped.append((number, why))
-            continue
-        kind = rec.pop("type", None)
-        if kind == "header":
-            continue  # a second run appended to the same file
-        if kind not in kinds:
-            log.skipped.append((number, f"unknown type {kind!r}"))
-            continue
-        cls, into = kinds[kind]
-        try:
-            into.append(parse_record(cls, rec))
-        except GlanceError as exc:
-            log.skipped.append((number, str(exc)))
+    size = path.stat().st_size
+    runs: list[SessionLog] = []
     with open(path, "rb") as fh:
+        for number, rec, why in _lines(fh):
+            if number % 2000 == 0:
+                if cancel is not None and cancel():
+                    raise GlanceError("reading cancelled")
+                if progress is not None:
+                    progress(fh.tell(), size)
+            if not runs:
+                if rec is None or rec.get("type") != "header":
+                    raise GlanceError(f"{path} is not a Glance session log (its first line is not a header)")
+                runs.append(SessionLog(rec))
+                continue
+            log = runs[-1]
+            if rec is None:
+                log.skipped.append((number, why))
+                continue
+            kind = rec.pop("type", None)
+            if kind == "header":  # the next run appended to the same file
+                runs.append(SessionLog(rec))
+                continue
+            kinds = {"step": (StepEvent, log.steps), "summary": (RunSummary, log.summaries)}
+            if kind not in kinds:
+                log.skipped.append((number, f"unknown type {kind!r}"))
+                continue
+            cls, into = kinds[kind]
+            try:
+                into.append(parse_record(cls, rec))
+            except GlanceError as exc:
+                log.skipped.append((number, str(exc)))
+        if not runs:
+            raise GlanceError(f"{path} is empty or holds no complete line")
         fh.seek(0, os.SEEK_END)
         if fh.tell():
             fh.seek(-1, os.SEEK_END)
-            log.truncated = fh.read(1) != b"\n"
-    return log
+            runs[-1].truncated = fh.read(1) != b"\n"
+    if progress is not None:
+        progress(size, size)
+    return runs
+
+
+def read_session_log(path: str | os.PathLike, run: int = -1) -> SessionLog:
+    """One run of a log (default: the last, the newest); see `read_session_logs`."""
+    runs = read_session_logs(path)
+    try:
+        return runs[run]
+    except IndexError:
+        raise GlanceError(f"{path} holds {len(runs)} run(s), not run {run}") from None
+
+
+def copy_run(src: str | os.PathLike, dst: str | os.PathLike, run: int = -1) -> None:
+    """Write one run of a log (its header line up to the next header) to `dst`, byte for byte."""
+    with open(src, "rb") as fh:
+        starts = [number - 1 for number, rec, _ in _lines(fh) if rec is not None and rec.get("type") == "header"]
+    if not starts:
+        raise GlanceError(f"{src} is not a Glance session log (it holds no header)")
+    first = starts[run]
+    end = next((i for i in starts if i > first), None)
+    with open(src, "rb") as fh, open(dst, "wb") as out:
+        for i, line in enumerate(fh):
+            if i >= first and (end is None or i < end):
+                out.write(line)

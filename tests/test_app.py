@@ -181,6 +181,12 @@ def test_close_during_a_slow_job_waits_for_it_and_exits_cleanly(qtbot, tmp_path,
     assert not win.thread.thread.isRunning() and time.perf_counter() - started >= 1.5
 
 
+def open_and_wait(qtbot, win, path, recorded_speed=False):
+    """File > Open reads on the worker thread: wait for it."""
+    win.open_log(path, recorded_speed)
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+
+
 def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
     win = tiny_window
     run_race(qtbot, win)
@@ -192,10 +198,10 @@ def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):
     texts = {n: lane.text() for n, lane in win.lanes.items()}
     other = make_window(qtbot, tmp_path / "replay", str(win.model_panel.target.text()))
     closing(other)
-    other.open_log(out / "session.jsonl")
+    open_and_wait(qtbot, other, out / "session.jsonl")
     assert {n: lane.text() for n, lane in other.lanes.items()} == texts
     # replay at recorded speed ends with the same text
-    other.open_log(out / "session.jsonl", recorded_speed=True)
+    open_and_wait(qtbot, other, out / "session.jsonl", recorded_speed=True)
     qtbot.waitUntil(lambda: not other.replay_timer.isActive(), timeout=30_000)
     other._render_frame()
     assert {n: lane.text() for n, lane in other.lanes.items()} == texts
@@ -208,7 +214,7 @@ def test_export_after_open_writes_the_opened_log_and_a_full_report(qtbot, tmp_pa
     first = win.export_to(tmp_path / "first")[0].read_text()
     win.prompt_panel.text.setPlainText("class Second:")
     run_race(qtbot, win, ["vanilla", "ar"])
-    win.open_log(tmp_path / "first" / "session.jsonl")  # the screen now shows the first race
+    open_and_wait(qtbot, win, tmp_path / "first" / "session.jsonl")  # the screen now shows the first race
     win.export_to(tmp_path / "again")
     assert (tmp_path / "again" / "session.jsonl").read_text() == first
     report = (tmp_path / "again" / "report.md").read_text()
@@ -229,7 +235,7 @@ def test_race_during_a_replay_stops_the_replay(qtbot, tmp_path, tiny_window):
     win = tiny_window
     run_race(qtbot, win, ["ar", "vanilla"])
     log = win.export_to(tmp_path / "log")[0]
-    win.open_log(log, recorded_speed=True)
+    open_and_wait(qtbot, win, log, recorded_speed=True)
     assert win.replay_timer.isActive()
     run_race(qtbot, win, ["ar", "vanilla"])
     assert not win.replay_timer.isActive()
@@ -546,3 +552,42 @@ def test_the_inspector_names_the_draft_budget_of_a_step(qtbot, tiny_window):
     run_race(qtbot, win)
     win.inspect("vanilla", 3)
     assert "budget" not in win.inspector.title.text()  # full drafts: nothing to say
+
+
+def test_a_log_with_several_runs_opens_one_run_at_a_time(qtbot, tmp_path, tiny_window, monkeypatch):
+    """`--log` appends a run per command: each opens on its own (the user picks which), never merged into a lane,
+    and Export writes the run on screen."""
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    one = win.log_path.read_text()
+    win.prompt_panel.text.setPlainText("class Second:")
+    run_race(qtbot, win, ["ar"])
+    both = tmp_path / "both.jsonl"
+    both.write_text(one + win.log_path.read_text())
+    offered = []
+    monkeypatch.setattr(win, "choose_run", lambda path, runs: offered.append(len(runs)) or 0)
+    open_and_wait(qtbot, win, both)
+    assert offered == [2] and set(win.lanes) == {"ar", "vanilla"}
+    steps = [e.step for e in win.lanes["ar"].events]
+    assert steps == list(range(len(steps)))  # one run's steps only
+    assert "run 1 of 2" in win.statusBar().currentMessage()
+    win.export_to(tmp_path / "out")
+    assert (tmp_path / "out" / "session.jsonl").read_text() == one
+    monkeypatch.setattr(win, "choose_run", lambda path, runs: 1)
+    open_and_wait(qtbot, win, both)
+    assert set(win.lanes) == {"ar"}
+
+
+def test_a_large_log_is_read_off_the_gui_thread_with_progress(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar"])
+    lines = win.log_path.read_text().splitlines(keepends=True)
+    big = tmp_path / "big.jsonl"
+    big.write_text(lines[0] + "".join(lines[1:-1]) * 300 + lines[-1])  # about 20,000 step lines
+    reports = []
+    win.controller.progress.connect(lambda done, total, what: reports.append((done, total)))
+    win.open_log(big)
+    assert win.job == "open"  # returned at once: the read runs on the worker thread
+    qtbot.waitUntil(lambda: win.job is None, timeout=60_000)
+    assert reports and reports[-1][0] == reports[-1][1]
+    assert "opened big.jsonl" in win.statusBar().currentMessage()

@@ -27,9 +27,10 @@ def trained_head(target, steps=80):
     """A head fitted for a few steps on the target's own greedy continuations: it agrees often enough that
     multi-token paths get accepted."""
     torch.manual_seed(1)
+    vocab = target.config.vocab_size
     with torch.no_grad():
         seqs = target.generate(
-            torch.randint(0, 96, (8, 4)), do_sample=False, max_new_tokens=44, min_new_tokens=44, pad_token_id=0
+            torch.randint(0, vocab, (8, 4)), do_sample=False, max_new_tokens=44, min_new_tokens=44, pad_token_id=0
         )
     head = EagleHead.for_target(target)
     opt = torch.optim.AdamW(head.parameters(), lr=3e-3)

@@ -123,3 +123,36 @@ def test_a_full_disk_leaves_complete_lines_and_the_cli_goes_on(tmp_path, model_f
     raw = log.read_bytes()
     assert 0 < len(raw) <= 6000 and raw.endswith(b"\n")
     assert all(json.loads(line) for line in raw.splitlines())  # complete lines only
+
+
+def test_runs_appended_to_one_file_stay_separate(tmp_path):
+    """Two commands with the same `--log` append two runs: they read back as two runs, the last by default."""
+    from engine.session_log import copy_run, read_session_logs
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _write_run(first, max_new=5)
+    _write_run(second, max_new=9)
+    both = tmp_path / "both.jsonl"
+    both.write_bytes(first.read_bytes() + second.read_bytes())
+    runs = read_session_logs(both)
+    assert [len(r.steps) for r in runs] == [5, 9] and [len(r.summaries) for r in runs] == [1, 1]
+    assert len(read_session_log(both).steps) == 9 and len(read_session_log(both, 0).steps) == 5
+    with pytest.raises(GlanceError, match="holds 2 run"):
+        read_session_log(both, 2)
+    copy_run(both, tmp_path / "one.jsonl", 0)
+    assert (tmp_path / "one.jsonl").read_bytes() == first.read_bytes()
+
+
+def test_reading_reports_progress_and_can_be_cancelled(tmp_path):
+    from engine.session_log import read_session_logs
+
+    path = tmp_path / "s.jsonl"
+    _write_run(path)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "".join(lines[1:-1]) * 1000 + lines[-1])
+    seen = []
+    runs = read_session_logs(path, progress=lambda done, total: seen.append((done, total)))
+    assert len(runs[0].steps) == 8 * 1000 and seen[-1] == (path.stat().st_size,) * 2 and len(seen) > 2
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    with pytest.raises(GlanceError, match="reading cancelled"):
+        read_session_logs(path, cancel=lambda: True)

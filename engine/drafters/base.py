@@ -37,6 +37,9 @@ class Drafter:
     needs_hidden_states = False  # ask the target forward for hidden states
     feature_layers: tuple[int, ...] = ()  # decoder layers whose inputs the target forward captures (EAGLE-3)
     extra_positions = 0  # positions past the committed text a step may use (lookahead's window)
+    # Whether a draft budget may cap this drafter's depth. False where drafting costs next to nothing and a deeper
+    # draft adds few verified tokens (n-gram drafters): a cap would only cut accepted tokens.
+    budgeted = True
 
     def begin(self, state: DecodeState) -> None:
         """Called once after prefill."""

@@ -110,6 +110,7 @@ def window_layout(levels: int, width: int) -> tuple[list[int], torch.Tensor]:
 
 class LookaheadDrafter(Drafter):
     name = "lookahead"
+    budgeted = False  # its drafts are n-gram lookups: nearly free to make, cheap to verify
 
     def __init__(
         self,

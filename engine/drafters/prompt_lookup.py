@@ -27,6 +27,7 @@ def lookup(tokens: list[int], max_ngram: int, count: int) -> list[int]:
 
 class PromptLookupDrafter(Drafter):
     name = "prompt_lookup"
+    budgeted = False  # its drafts are n-gram lookups: nearly free to make, cheap to verify
 
     def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, tokens: int = DEFAULT_TOKENS) -> None:
         self.max_ngram, self.tokens = max_ngram, tokens
