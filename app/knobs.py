@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
+    QLabel,
     QSpinBox,
     QToolButton,
     QVBoxLayout,
@@ -100,6 +101,16 @@ class DrafterSection(QWidget):
                 form.addRow(w)
             else:
                 form.addRow(k.label, w)
+        self.shape = QLabel("")  # what the values build, where the drafter explains it (EAGLE: levels, nodes)
+        self.shape.setWordWrap(True)
+        self.shape.setObjectName("knobShape")
+        if spec.explain is not None:
+            form.addRow(self.shape)
+            for w in self.widgets.values():
+                signal = getattr(w, "valueChanged", None) or getattr(w, "currentTextChanged", None)
+                signal = signal or getattr(w, "toggled", None)
+                signal.connect(self.update_shape)
+            self.update_shape()
         self.body.setVisible(False)
         self.toggle.toggled.connect(self.set_open)
         lay = QVBoxLayout(self)
@@ -107,6 +118,14 @@ class DrafterSection(QWidget):
         lay.setSpacing(2)
         lay.addWidget(self.toggle)
         lay.addWidget(self.body)
+
+    def update_shape(self, *_args) -> None:
+        """One line on what the current values build; empty while they do not form valid options."""
+        try:
+            options = self.spec.options(**{n: widget_value(w) for n, w in self.widgets.items()})
+            self.shape.setText(f"= {self.spec.explain(options)}" if self.spec.explain(options) else "")
+        except (TypeError, ValueError):
+            self.shape.setText("")
 
     def set_open(self, on: bool) -> None:
         self.toggle.setArrowType(Qt.ArrowType.DownArrow if on else Qt.ArrowType.RightArrow)

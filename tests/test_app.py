@@ -591,3 +591,13 @@ def test_a_large_log_is_read_off_the_gui_thread_with_progress(qtbot, tmp_path, t
     qtbot.waitUntil(lambda: win.job is None, timeout=60_000)
     assert reports and reports[-1][0] == reports[-1][1]
     assert "opened big.jsonl" in win.statusBar().currentMessage()
+
+
+def test_eagle_knobs_show_the_tree_they_build(qtbot, tiny_window):
+    """EAGLE's depth and total mean the reference's; the panel says what they build."""
+    knobs = tiny_window.gen_panel.knobs
+    shape = knobs.sections["eagle"].shape
+    assert shape.text() == "= 5 levels, up to 16 drafted nodes + the pending token verified"  # depth 4, total 17
+    knobs.widgets["eagle_depth"].setValue(2)
+    knobs.widgets["eagle_total_tokens"].setValue(60)
+    assert shape.text() == "= 3 levels, up to 36 drafted nodes + the pending token verified"  # 4 + 2 x 16 grown

@@ -148,16 +148,26 @@ def test_training_lowers_the_loss_on_a_fixed_batch():
 
 
 def test_dynamic_tree_shape_and_head_mask(target_and_head):
-    """Every dynamic draft respects total_tokens and parent order; the head's draft mask equals brute force."""
+    """The knobs mean SafeAILab/EAGLE's: `depth` expansions after the root's top-k (depth + 1 levels), and
+    `total_tokens` verified tokens, the pending one included (total - 1 drafted nodes); parents come first; the
+    head's draft mask equals brute force."""
+    from engine.tree import node_depths
+
     target, head = target_and_head
-    for top_k, depth, total in [(4, 4, 10), (6, 5, 20), (2, 6, 5)]:
+    for top_k, depth, total in [(4, 4, 10), (6, 5, 20), (2, 6, 5), (3, 2, 40)]:
         drafter = EagleDrafter(head, top_k=top_k, depth=depth, total_tokens=total)
-        stream = Decoder(target, drafter, max_new_tokens=30).stream([5, 6, 7])
-        for ev in stream:
-            if not hasattr(ev, "draft_parents"):
-                break
-            assert len(ev.draft_tokens) <= total
+        assert drafter.settings() | {"levels": depth + 1, "draft_nodes": total - 1} == drafter.settings()
+        sizes, deepest = [], 0
+        for ev in Decoder(target, drafter, max_new_tokens=40).stream([5, 6, 7]):
+            if not hasattr(ev, "draft_parents") or ev.step == 0:
+                continue
+            sizes.append(len(ev.draft_tokens))
+            deepest = max(deepest, max(node_depths(ev.draft_parents), default=0))
             assert all(-1 <= p < i for i, p in enumerate(ev.draft_parents))
+        assert max(sizes) == min(total - 1, top_k + depth * top_k * top_k)  # every node the budget allows
+        assert deepest <= depth + 1
+        if total - 1 >= top_k * (depth + 1):  # room for a full chain of levels: the last level is reached
+            assert deepest == depth + 1
     # the head's mask: rows see committed pairs, the listed ancestor slots and themselves, nothing else
     ancestors = [[], [0], [0, 1], [2]]
     mask = EagleDrafter(head)._mask(3, ancestors, 3, torch.float32, "cpu")[0, 0]

@@ -1,8 +1,10 @@
 """EAGLE drafting: the head predicts the target's next feature and the target's LM head reads tokens from it.
 
 EAGLE-1 follows a static tree of paths (path (i, j): the j-th best child of the i-th best first token). EAGLE-2
-grows a dynamic tree: each depth expands the `top_k` nodes with the highest cumulative draft log-probability, and
-the `total_tokens` best nodes overall go to verification. Each depth is one batched head forward over the frontier;
+grows a dynamic tree: the root's top-k children, then `depth` expansions of the `top_k` nodes with the highest
+cumulative draft log-probability, and `total_tokens` tokens go to verification: the pending token and the
+`total_tokens - 1` best drafted nodes. The knobs mean what SafeAILab/EAGLE's and vLLM's do, so settings port.
+Each depth is one batched head forward over the frontier;
 the head keeps its own KV cache of committed (token, feature) pairs, and draft entries are cropped after drafting.
 Candidates are the head's top-k, deterministic given the context, so verification is exact (greedy, or the
 deterministic-candidate rule when sampling).
@@ -30,12 +32,25 @@ EAGLE_25 = [
 ]  # fmt: skip
 
 # Chosen on this project's 2-core Xeon CPU (bf16, bundled target and head, 12 suite prompts x 48 tokens, greedy;
-# engine/train/evaluate.py compare_settings): top_k/depth/total 4/4/12 tau 3.00, 4/5/16 tau 3.17, 6/5/20 tau 3.12,
-# 8/6/32 tau 3.24, 3/5/10 tau 2.95, static 25-node tree tau 3.02. Wider trees buy little tau and cost verify time on
-# a CPU, where verifying n tokens grows with n; the reference's 10 / 5-7 / 60 suits GPUs.
+# engine/train/evaluate.py compare_settings), as levels / drafted nodes: top_k/levels/nodes 4/4/12 tau 3.00, 4/5/16
+# tau 3.17, 6/5/20 tau 3.12, 8/6/32 tau 3.24, 3/5/10 tau 2.95, static 25-node tree tau 3.02. Wider trees buy little
+# tau and cost verify time on a CPU, where verifying n tokens grows with n; the reference's 10 / 5-7 / 60 suits GPUs.
+# In the reference's meaning 4 / 5 levels / 16 nodes is top_k 4, depth 4, total_tokens 17.
 DEFAULT_TOP_K = 4
-DEFAULT_DEPTH = 5
-DEFAULT_TOTAL = 16
+DEFAULT_DEPTH = 4
+DEFAULT_TOTAL = 17
+
+
+def tree_shape(depth: int, total_tokens: int) -> tuple[int, int]:
+    """(levels of drafted nodes, drafted nodes) of the reference's `depth` and `total_tokens`: the root's top-k
+    children plus `depth` expansions, and every verified token but the pending one."""
+    return depth + 1, total_tokens - 1
+
+
+def explain(top_k: int, depth: int, total_tokens: int) -> str:
+    levels, nodes = tree_shape(depth, total_tokens)
+    grown = min(nodes, top_k + depth * top_k * top_k)  # what the expansions can produce at most
+    return f"{levels} levels, up to {grown} drafted nodes + the pending token verified"
 
 
 class EagleDrafter(Drafter):
@@ -51,11 +66,12 @@ class EagleDrafter(Drafter):
         total_tokens: int = DEFAULT_TOTAL,
         tree: list | None = None,
     ) -> None:
-        if top_k < 1 or depth < 1 or total_tokens < 1:
-            raise GlanceError("EAGLE needs top_k, depth and total_tokens of at least 1")
+        if top_k < 1 or depth < 0 or total_tokens < 2:
+            raise GlanceError("EAGLE needs top_k of at least 1, depth of at least 0 and total_tokens of at least 2")
         self.head = head
         self.dynamic = dynamic
-        self.top_k, self.depth, self.total = top_k, depth, total_tokens
+        self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
+        self.levels, self.total = tree_shape(depth, total_tokens)  # what the loop below builds and verifies
         self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
         self.cache = None
         self.pending: tuple[list[int], torch.Tensor] | None = None  # committed pairs not yet in the head cache
@@ -132,7 +148,7 @@ class EagleDrafter(Drafter):
         slot: dict[int, int] = {}  # node -> index among fed draft entries
         ancestors: dict[int, list[int]] = {}
         paths: dict[int, tuple] = {}
-        depth_cap = min(self.depth, max_tokens)
+        depth_cap = min(self.levels, max_tokens)
         fed = 0
 
         def add_children(parent: int, feat: torch.Tensor, top: tuple[list, list], base_score: float, ranks) -> list:
@@ -210,8 +226,15 @@ class EagleDrafter(Drafter):
 
     def settings(self) -> dict:
         if self.dynamic:
-            return {"mode": "eagle-2", "top_k": self.top_k, "depth": self.depth, "total_tokens": self.total}
-        return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth}
+            return {
+                "mode": "eagle-2",
+                "top_k": self.top_k,
+                "depth": self.depth,
+                "total_tokens": self.total_tokens,
+                "levels": self.levels,
+                "draft_nodes": self.total,
+            }
+        return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth, "levels": self.levels}
 
 
 @dataclass
@@ -222,8 +245,17 @@ class EagleOptions:
         choices=("dynamic", "static"),
     )
     eagle_top_k: int = knob(DEFAULT_TOP_K, "dynamic: nodes expanded per depth", lo=1, hi=32, label="top-k")
-    eagle_depth: int = knob(DEFAULT_DEPTH, "draft depth", lo=1, hi=12)
-    eagle_total_tokens: int = knob(DEFAULT_TOTAL, "dynamic: nodes sent to verification", lo=1, hi=128, label="total")
+    eagle_depth: int = knob(
+        DEFAULT_DEPTH, "expansions after the root's top-k (levels = depth + 1), as in SafeAILab/EAGLE", lo=0, hi=12
+    )
+    eagle_total_tokens: int = knob(
+        DEFAULT_TOTAL,
+        "dynamic: tokens verified per step, the pending one included (drafted nodes = total - 1), as in "
+        "SafeAILab/EAGLE",
+        lo=2,
+        hi=129,
+        label="total",
+    )
 
 
 def build(ctx: BuildContext) -> EagleDrafter:
@@ -245,6 +277,11 @@ SPEC = DrafterSpec(
     "(Li et al. 2024)",
     build=build,
     options=EagleOptions,
+    explain=lambda o: (
+        explain(o.eagle_top_k, o.eagle_depth, o.eagle_total_tokens)
+        if o.eagle_mode == "dynamic"
+        else f"EAGLE-1's 25-node tree, {min(o.eagle_depth + 1, 5)} levels"
+    ),
     part=PartSpec(
         "eagle",
         "EAGLE head folder",

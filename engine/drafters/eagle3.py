@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import DecodeState
-from engine.drafters.eagle import EagleDrafter
+from engine.drafters.eagle import EagleDrafter, explain
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.models import BUNDLED_EAGLE3
@@ -21,8 +21,8 @@ from engine.tree import Draft
 # greedy, same run as EAGLE-2): depth 5 tau 2.84, 1.36x; depth 6 (82 prompts) tau 2.85, 1.29x: the sixth level
 # costs a head forward and buys nothing.
 DEFAULT_TOP_K = 4
-DEFAULT_DEPTH = 5
-DEFAULT_TOTAL = 16
+DEFAULT_DEPTH = 4  # 5 levels of drafted nodes, in the reference's meaning (engine/drafters/eagle.py tree_shape)
+DEFAULT_TOTAL = 17  # 16 drafted nodes + the pending token
 
 
 class Eagle3Drafter(EagleDrafter):
@@ -71,7 +71,9 @@ class Eagle3Drafter(EagleDrafter):
             "mode": "eagle-3",
             "top_k": self.top_k,
             "depth": self.depth,
-            "total_tokens": self.total,
+            "total_tokens": self.total_tokens,
+            "levels": self.levels,
+            "draft_nodes": self.total,
             "draft_vocab": len(self.head.d2t),
             "feature_layers": list(self.head.layer_ids),
         }
@@ -80,8 +82,16 @@ class Eagle3Drafter(EagleDrafter):
 @dataclass
 class Eagle3Options:
     eagle3_top_k: int = knob(DEFAULT_TOP_K, "nodes expanded per depth", lo=1, hi=32, label="top-k")
-    eagle3_depth: int = knob(DEFAULT_DEPTH, "draft depth", lo=1, hi=12)
-    eagle3_total_tokens: int = knob(DEFAULT_TOTAL, "nodes sent to verification", lo=1, hi=128, label="total")
+    eagle3_depth: int = knob(
+        DEFAULT_DEPTH, "expansions after the root's top-k (levels = depth + 1), as in SafeAILab/EAGLE", lo=0, hi=12
+    )
+    eagle3_total_tokens: int = knob(
+        DEFAULT_TOTAL,
+        "tokens verified per step, the pending one included (drafted nodes = total - 1), as in SafeAILab/EAGLE",
+        lo=2,
+        hi=129,
+        label="total",
+    )
 
 
 def build(ctx: BuildContext) -> Eagle3Drafter:
@@ -107,6 +117,7 @@ SPEC = DrafterSpec(
     "(Li et al. 2025)",
     build=build,
     options=Eagle3Options,
+    explain=lambda o: explain(o.eagle3_top_k, o.eagle3_depth, o.eagle3_total_tokens),
     part=PartSpec(
         "eagle3",
         "EAGLE-3 head folder",

@@ -130,6 +130,7 @@ class DrafterSpec:
     options: type | None = None  # a dataclass of knob(...) fields; their names are unique across drafters
     part: PartSpec | None = None
     in_default_race: bool = True  # ticked in the app's race on first launch
+    explain: Callable[[Any], str] | None = None  # options -> one line on what they build (the app shows it)
 
     @property
     def knobs(self) -> list[KnobField]:
