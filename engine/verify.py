@@ -6,6 +6,7 @@ distribution at a node's row is the target's prediction for that node's children
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -84,27 +85,33 @@ def verify_candidates(draft: Draft, p: torch.Tensor, generator: torch.Generator 
 def verify_typical(
     draft: Draft, p: torch.Tensor, generator: torch.Generator | None, eps: float, alpha: float
 ) -> Verdict:
-    """Medusa's typical acceptance (APPROXIMATE: output no longer follows the target's distribution exactly).
-    A node passes when p(token) > min(eps, alpha * exp(-H(p))) at its parent; the longest passing path wins and
-    the bonus is sampled from p after it. p: [1 + n, V]."""
-    entropy = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)  # [1 + n]
-    threshold = torch.clamp(alpha * torch.exp(-entropy), max=eps)
-    passes = [
-        float(p[parent + 1, tok]) > float(threshold[parent + 1]) for tok, parent in zip(draft.tokens, draft.parents)
-    ]
-    best: list[int] = []
+    """Medusa's typical acceptance (APPROXIMATE: output no longer follows the target's distribution exactly), as
+    FasterDecoding/Medusa's `evaluate_posterior` and `get_typical_one_token` do it. A node passes when p(token) >
+    min(eps, alpha * exp(-H(p))) at its parent; the longest passing path wins, and among paths of that length the
+    most likely one (the largest sum of log p); the bonus is sampled from p after it with every token under that
+    row's threshold removed. p: [1 + n, V]."""
+    entropy = -(p * torch.log(p + 1e-5)).sum(-1)  # [1 + n], with the reference's 1e-5
+    threshold = torch.clamp(alpha * torch.exp(-entropy), max=eps)  # [1 + n]
+    rows = [parent + 1 for parent in draft.parents]
+    token_p = p[rows, draft.tokens].tolist() if len(draft) else []  # one transfer for every node
+    limits = threshold[rows].tolist() if len(draft) else []
+    best: tuple[int, float, list[int]] = (0, 0.0, [])  # (length, log-likelihood, path)
 
-    def walk(node: int, path: list[int]) -> None:
+    def walk(node: int, path: list[int], loglik: float) -> None:
         nonlocal best
-        if len(path) > len(best):
-            best = list(path)
+        if (len(path), loglik) > best[:2]:
+            best = (len(path), loglik, list(path))
         for c in draft.children(node):
-            if passes[c]:
-                walk(c, path + [c])
+            if token_p[c] > limits[c]:
+                walk(c, path + [c], loglik + math.log(max(token_p[c], 1e-30)))
 
-    walk(-1, [])
-    row = best[-1] + 1 if best else 0
-    return Verdict(best, sample(p[row], generator), row)
+    walk(-1, [], 0.0)
+    path = best[2]
+    row = path[-1] + 1 if path else 0
+    typical = torch.where(p[row] < threshold[row], torch.zeros_like(p[row]), p[row])  # [V]
+    if float(typical.sum()) <= 0:  # every token under the threshold: keep the most likely one
+        typical = torch.nn.functional.one_hot(p[row].argmax(), p.shape[-1]).to(p.dtype)
+    return Verdict(path, sample(typical / typical.sum(), generator), row)
 
 
 def verify(

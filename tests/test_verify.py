@@ -135,3 +135,26 @@ def test_top_p_and_temperature():
     cold = logits_to_probs(logits, SamplingConfig(temperature=0.5))
     assert cold[0] > full[0]
     assert logits_to_probs(logits, SamplingConfig()).tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_typical_acceptance_prefers_the_most_likely_of_equally_long_paths():
+    """FasterDecoding/Medusa's rule: the longest passing path, and among equally long ones the most likely; the
+    bonus comes from the target's row with every token under the threshold removed."""
+    from engine.verify import verify_typical
+
+    V = 6
+    p = torch.full((5, V), 0.02)
+    p[0, :] = torch.tensor([0.45, 0.45, 0.04, 0.02, 0.02, 0.02])  # root: tokens 0 and 1 both pass
+    p[1, :] = torch.tensor([0.02, 0.02, 0.30, 0.62, 0.02, 0.02])  # after node 0 (token 0): token 3 likelier
+    p[2, :] = torch.tensor([0.02, 0.02, 0.90, 0.02, 0.02, 0.02])  # after node 1 (token 1): token 2 very likely
+    for row in (3, 4):
+        p[row, :] = torch.tensor([0.5, 0.3, 0.14, 0.02, 0.02, 0.02])
+    # nodes: 0 = token 0 (root), 1 = token 1 (root), 2 = token 3 after node 0, 3 = token 2 after node 1
+    draft = Draft([0, 1, 3, 2], [-1, -1, 0, 1])
+    bonus_seen = set()
+    for seed in range(200):
+        v = verify_typical(draft, p, torch.Generator().manual_seed(seed), 0.09, 0.3)
+        # both two-node paths pass; 0.45 * 0.90 beats 0.45 * 0.62: the path through node 1 wins
+        assert v.accepted == [1, 3] and v.bonus_row == 4
+        bonus_seen.add(v.bonus)
+    assert bonus_seen <= {0, 1, 2} and {0, 1} <= bonus_seen  # tokens under the threshold are never sampled

@@ -9,9 +9,14 @@ up to G pooled N-grams starting with the pending token, merged into a trie and v
 (deterministic candidates, q = 1). The side branch never sees the trie nor the trie the side branch, and compaction
 drops the whole window from the cache, so output is exactly the target's.
 
-The window starts as W random prompt tokens (one level, as the reference does) and grows a level per step until it
-has N - 1; n-grams are harvested once it is full. With `context_ngrams` on, the pool is also fed the n-grams of the
-prompt and of every committed token (prompt lookup over the running text).
+The window starts as one level of W random prompt tokens and grows a level per step until it has N - 1; n-grams are
+harvested once it is full. With `context_ngrams` on, the pool is also fed the n-grams of the prompt and of every
+committed token (prompt lookup over the running text).
+
+This is not yet LookaheadDecoding's exact algorithm (hao-ai-lab): the reference seeds the window with W + N - 3
+prompt tokens, keys a window column to the pending token, slides during warm-up, and verifies every pooled n-gram
+of the pending token while keeping at most G per key; here G is "verify the G most recent of at most
+`pool_capacity` per key". Numbers here compare with the reference's only loosely.
 """
 
 from __future__ import annotations
