@@ -166,7 +166,7 @@ class Controller(QObject):
             def progress(done: int, total: int) -> None:
                 worker.progress.emit(done // 1024, max(1, total // 1024), f"reading {Path(path).name}")
 
-            return read_session_logs(path, progress, worker.cancel.is_set)
+            return read_session_logs(path, progress, worker.cancel.is_set, keep_top=False)  # top tokens: on demand
 
         self._start("open", job)
 

@@ -37,6 +37,7 @@ from app.inspector import StepInspector
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
 from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig
+from engine.session_log import read_target_top
 
 LEFT_MIN_WIDTH = 360  # the left column's width: every control fits in it (tests check at 1280 x 800)
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
@@ -392,6 +393,9 @@ class MainWindow(QMainWindow):
         ev = self.race_view.event_for(lane, step)
         if ev is None:
             return
+        if not ev.target_top and "log_offset" in ev.extra and self.opened_log is not None:
+            # an opened log keeps its steps' top tokens on disk (most of a large log's memory): read this one back
+            ev.target_top = read_target_top(self.opened_log, ev.extra["log_offset"])
         tok = self.models["target"].tokenizer if self.models else None
         self.inspector.show_step(lane, ev, (lambda t: tok.decode([t])) if tok else str)
         self.tabs.setCurrentWidget(self.inspector)

@@ -124,18 +124,26 @@ def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict | None, str]
 
 
 def _lines(fh) -> Iterator[tuple[int, dict | None, str]]:
+    for number, _, rec, why in _lines_at(fh):
+        yield number, rec, why
+
+
+def _lines_at(fh) -> Iterator[tuple[int, int, dict | None, str]]:
+    """(line number, byte offset, record or None, why not) for every complete line of a binary file."""
+    offset = 0
     for number, raw in enumerate(fh, start=1):
         if not raw.endswith(b"\n"):
             return
+        at, offset = offset, offset + len(raw)
         try:
             rec = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            yield number, None, "not JSON"
+            yield number, at, None, "not JSON"
             continue
         if not isinstance(rec, dict):
-            yield number, None, "not a JSON object"
+            yield number, at, None, "not a JSON object"
             continue
-        yield number, rec, ""
+        yield number, at, rec, ""
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[dict]:
@@ -198,12 +206,14 @@ def read_session_logs(
     path: str | os.PathLike,
     progress: Callable[[int, int], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    keep_top: bool = True,
 ) -> list[SessionLog]:
     """Every run in a log, in file order: each header starts a run (`--log` appends one per command), so runs
     are never merged into one lane. Lines that are not JSON objects, of an unknown type or with a missing or
     mistyped field are skipped and listed in their run's `skipped`; only a file that does not start with a header
     is refused. `progress(bytes read, file size)` is told every few thousand lines; `cancel()` true stops the read
-    (GlanceError "reading cancelled")."""
+    (GlanceError "reading cancelled"). Without `keep_top` steps come without their `target_top` (two thirds of a
+    large log's memory) and with `extra["log_offset"]`, the line to read it back from (`read_target_top`)."""
     path = Path(path)
     if not path.exists():
         raise GlanceError(f"session log not found: {path}")
@@ -212,7 +222,7 @@ def read_session_logs(
     size = path.stat().st_size
     runs: list[SessionLog] = []
     with open(path, "rb") as fh:
-        for number, rec, why in _lines(fh):
+        for number, at, rec, why in _lines_at(fh):
             if number % 2000 == 0:
                 if cancel is not None and cancel():
                     raise GlanceError("reading cancelled")
@@ -236,6 +246,10 @@ def read_session_logs(
                 log.skipped.append((number, f"unknown type {kind!r}"))
                 continue
             cls, into = kinds[kind]
+            if kind == "step" and not keep_top and isinstance(rec.get("target_top"), list):
+                rec["target_top"] = []
+                if isinstance(rec.get("extra"), dict):
+                    rec["extra"]["log_offset"] = at
             try:
                 into.append(parse_record(cls, rec))
             except GlanceError as exc:
@@ -272,3 +286,15 @@ def copy_run(src: str | os.PathLike, dst: str | os.PathLike, run: int = -1) -> N
         for i, line in enumerate(fh):
             if i >= first and (end is None or i < end):
                 out.write(line)
+
+
+def read_target_top(path: str | os.PathLike, offset: int) -> list:
+    """The `target_top` of the step whose line starts at `offset` ([] when that line is gone or not a step)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            rec = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return []
+    top = rec.get("target_top") if isinstance(rec, dict) and rec.get("type") == "step" else None
+    return top if isinstance(top, list) else []

@@ -601,3 +601,14 @@ def test_eagle_knobs_show_the_tree_they_build(qtbot, tiny_window):
     knobs.widgets["eagle_depth"].setValue(2)
     knobs.widgets["eagle_total_tokens"].setValue(60)
     assert shape.text() == "= 3 levels, up to 36 drafted nodes + the pending token verified"  # 4 + 2 x 16 grown
+
+
+def test_an_opened_log_reads_a_steps_top_tokens_when_it_is_inspected(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    log = win.export_to(tmp_path / "out")[0]
+    open_and_wait(qtbot, win, log)
+    ev = win.race_view.event_for("vanilla", 2)
+    assert ev.target_top == [] and "log_offset" in ev.extra  # kept on disk until needed
+    win.inspect("vanilla", 2)
+    assert ev.target_top and win.inspector.tree.topLevelItem(0).text(4)  # the pending row's top tokens are shown

@@ -156,3 +156,17 @@ def test_reading_reports_progress_and_can_be_cancelled(tmp_path):
     assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
     with pytest.raises(GlanceError, match="reading cancelled"):
         read_session_logs(path, cancel=lambda: True)
+
+
+def test_top_tokens_can_stay_on_disk_and_come_back_on_demand(tmp_path):
+    """A large log's memory is mostly the steps' top tokens: read without them, each comes back from its line."""
+    from engine.session_log import read_session_logs, read_target_top
+
+    path = tmp_path / "s.jsonl"
+    _write_run(path)
+    full = read_session_logs(path)[0]
+    light = read_session_logs(path, keep_top=False)[0]
+    assert all(e.target_top == [] for e in light.steps)
+    for a, b in zip(full.steps, light.steps):
+        assert read_target_top(path, b.extra["log_offset"]) == a.target_top and a.target_top
+    assert read_target_top(path, 0) == [] and read_target_top(tmp_path / "gone.jsonl", 0) == []  # the header; no file
