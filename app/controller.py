@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
-from app.worker import EngineWorker, WorkerThread
+from app.worker import EngineWorker, WorkerThread, resume_gc
 from engine import (
     DrafterOptions,
     GlanceError,
@@ -244,6 +244,7 @@ class Controller(QObject):
         self.batch.emit()
 
     def _on_done(self, name: str, result) -> None:
+        resume_gc()
         self.drain()  # the job's last events were queued before it returned
         self.job = None
         if name == "load":
@@ -253,6 +254,7 @@ class Controller(QObject):
         self.done.emit(name, result)
 
     def _on_failed(self, name: str, message: str) -> None:
+        resume_gc()
         self.drain()
         self.job = None
         self._close_log()

@@ -7,6 +7,7 @@ the window).
 
 from __future__ import annotations
 
+import gc
 import threading
 import traceback
 from collections.abc import Callable
@@ -33,6 +34,11 @@ class EngineWorker(QObject):
 
     @Slot(str, object)
     def _run(self, name: str, job: Callable[[EngineWorker], Any]) -> None:
+        # No cyclic garbage collection while a job runs: a collection triggered by the job's allocations would run
+        # here and could destroy a widget left in a reference cycle on this thread. That deadlocked once (py-spy: a
+        # QObject destructor waiting for the interpreter lock inside gc, on this thread, while reading a large log).
+        # The GUI thread collects and turns collection back on when the job's end reaches it (`resume_gc`).
+        gc.disable()
         try:
             with torch.inference_mode():
                 result = job(self)
@@ -43,6 +49,13 @@ class EngineWorker(QObject):
             self.failed.emit(name, f"{type(exc).__name__}: {exc}")
         else:
             self.done.emit(name, result)
+
+
+def resume_gc() -> None:
+    """On the GUI thread, once a job has ended: collect what the job left in reference cycles, here, where widgets
+    may be destroyed, then let automatic collection run again."""
+    gc.collect()
+    gc.enable()
 
 
 class WorkerThread:

@@ -612,3 +612,17 @@ def test_an_opened_log_reads_a_steps_top_tokens_when_it_is_inspected(qtbot, tmp_
     assert ev.target_top == [] and "log_offset" in ev.extra  # kept on disk until needed
     win.inspect("vanilla", 2)
     assert ev.target_top and win.inspector.tree.topLevelItem(0).text(4)  # the pending row's top tokens are shown
+
+
+def test_no_garbage_collection_runs_on_the_worker_thread(qtbot, tiny_window):
+    """A collection triggered on the worker thread could destroy a widget there (it deadlocked once): collection is
+    off while a job runs and back on, after one collection on the GUI thread, when it ends."""
+    import gc
+
+    win = tiny_window
+    win.gen_panel.max_new.setValue(48)
+    win.race()
+    assert win.job == "race"
+    qtbot.waitUntil(lambda: not gc.isenabled(), timeout=10_000)  # the worker turned it off for the race
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    assert gc.isenabled()
