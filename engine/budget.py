@@ -1,8 +1,8 @@
 """How deep each step may draft. `FullBudget` lets the drafter's own settings decide (every step drafts in full);
 `CostAwareBudget` picks, before each step, the depth cap that maximises expected tokens per second from what this run
 has measured: the time of a step (drafting and verifying) at each depth it drafted, and the acceptance observed at
-each depth. A cap of 0 is a plain decoding step. Only the draft's
-size changes, never the acceptance rule, so output stays exactly the target's.
+each depth. A cap of 0 is a plain decoding step. Only the draft's size changes, never the acceptance rule, so output
+stays exactly the target's.
 """
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from engine.errors import GlanceError
 from engine.tree import Draft, node_depths
 
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
@@ -69,29 +72,13 @@ class CostAwareBudget(FullBudget):
             total += through
         return total
 
-    @property
-    def seconds_at(self) -> dict[int, float]:
-        """Depth drafted -> the median seconds of its latest steps (a median: one step stalled by the machine must
-        not move a cap's estimate)."""
-        return {d: statistics.median(v) for d, v in self.recent.items()}
-
     def seconds(self, cap: int) -> float:
-        """Predicted seconds of a step drafting `cap` deep, from the measured depths around it."""
-        at = self.seconds_at
-        known = sorted(at)
+        """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
+        (one step stalled by the machine must not move an estimate), linear between them, flat beyond."""
+        known = sorted(self.recent)
         if not known:
             return 0.0
-        below = [d for d in known if d <= cap]
-        above = [d for d in known if d >= cap]
-        if not below:
-            return at[above[0]]
-        if not above:
-            return at[below[-1]]
-        lo, hi = below[-1], above[0]
-        if lo == hi:
-            return at[lo]
-        w = (cap - lo) / (hi - lo)
-        return (1 - w) * at[lo] + w * at[hi]
+        return float(np.interp(cap, known, [statistics.median(self.recent[d]) for d in known]))
 
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
@@ -117,8 +104,6 @@ BUDGETS = {"full": FullBudget, "auto": CostAwareBudget}
 
 def make_budget(name: str) -> FullBudget:
     """A budget policy by name ("full" or "auto")."""
-    from engine.errors import GlanceError
-
     if name not in BUDGETS:
         raise GlanceError(f"unknown draft budget {name!r}: choose one of {', '.join(BUDGETS)}")
     return BUDGETS[name]()

@@ -154,10 +154,10 @@ class Decoder:
             if _is_cancelled(cancel):
                 stop = "cancelled"
                 break
-            budget = self.max_new_tokens - len(new)
+            left = self.max_new_tokens - len(new)
             ts = time.perf_counter()
             cap = self.budget.choose()  # None: as deep as the drafter's settings allow
-            draft = drafter.propose(state, max_tokens=budget - 1 if cap is None else min(budget - 1, cap))
+            draft = drafter.propose(state, max_tokens=left - 1 if cap is None else min(left - 1, cap))
             sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)
@@ -165,7 +165,7 @@ class Decoder:
             out = self._forward(torch.tensor(ids, device=self.device), cache, draft)  # over [1, 1 + n + m]
             forwards += 1
             logits = out.logits[0, : 1 + len(draft)].float()  # [1 + n, V]: side rows are the drafter's
-            step = commit(draft, logits, self.sampling, gen, budget, self.eos)
+            step = commit(draft, logits, self.sampling, gen, left, self.eos)
             compact_tail(cache, past, step.rows)  # the pending token and the accepted path
             emitted, rows, stop = step.tokens, step.rows, step.stop
             state.tokens.extend(emitted)

@@ -3,3 +3,9 @@
 
 class GlanceError(Exception):
     """Bad input or an unsupported model: the message names the problem and what to do."""
+
+
+def reason(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of a library exception's message (its type's name when it has none), for a one-line error."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import GlanceError
+from engine.errors import GlanceError, reason
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
@@ -161,7 +161,7 @@ def load_model(
     except GlanceError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad or missing models
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        why = reason(exc)
         if "trust_remote_code" in str(exc) and not trust_remote_code:
             raise GlanceError(
                 f"'{name}' needs its own Python code to load (a custom architecture): pass --trust-remote-code "
@@ -180,9 +180,9 @@ def load_model(
         if not local and not allow_download:
             raise GlanceError(
                 f"'{name}' is not a local folder and could not be loaded from the local Hugging Face cache "
-                f"({reason}); pass --allow-download to fetch it from the hub"
+                f"({why}); pass --allow-download to fetch it from the hub"
             ) from None
-        raise GlanceError(f"could not load model '{name}': {reason}") from None
+        raise GlanceError(f"could not load model '{name}': {why}") from None
     model.to(dev).eval()
     return LoadedModel(model, tokenizer, name, dev, dt)
 
@@ -211,8 +211,8 @@ def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> 
     except GlanceError:
         raise
     except Exception as exc:  # an unsupported architecture or quantisation, a damaged file
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise GlanceError(f"could not load the GGUF file {path}: {reason}") from None
+        why = reason(exc)
+        raise GlanceError(f"could not load the GGUF file {path}: {why}") from None
     finally:
         hf_logging.disable_progress_bar()
     model.to(dev).eval()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import GlanceError
+from engine.errors import GlanceError, reason
 
 
 def read_tensors(folder: Path, safetensors_name: str, torch_name: str) -> dict:
@@ -30,8 +30,7 @@ def read_tensors(folder: Path, safetensors_name: str, torch_name: str) -> dict:
         raise
     except Exception as exc:  # safetensors, pickle and zip errors have no common base: name the file instead
         name = safe if safe.exists() else pt
-        reason = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-        raise GlanceError(f"{name} could not be read ({reason}): a truncated or foreign file?") from None
+        raise GlanceError(f"{name} could not be read ({reason(exc, 160)}): a truncated or foreign file?") from None
     raise GlanceError(f"{folder} holds neither {safetensors_name} nor {torch_name}")
 
 
@@ -46,7 +45,6 @@ def config_errors(folder: Path, kind: str, needs: str) -> Iterator[None]:
     except KeyError as exc:
         raise GlanceError(f"{folder}/config.json lacks {exc} (the {kind} needs {needs})") from None
     except Exception as exc:  # transformers' config validation, torch's size mismatches, bad types: no common base
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise GlanceError(
-            f"{folder}: the checkpoint does not fit the {kind} its config.json describes ({first})"
+            f"{folder}: the checkpoint does not fit the {kind} its config.json describes ({reason(exc, 200)})"
         ) from None
