@@ -137,3 +137,22 @@ def tree_position_ids(parents: list[int], past_len: int, device, side_offsets: l
     """[1, 1 + n + m]: the root sits at past_len, each node at past_len + its depth, side tokens at their offsets."""
     depths = node_depths(parents) + list(side_offsets or [])
     return torch.tensor([[past_len] + [past_len + d for d in depths]], device=device)
+
+
+def ngram_trie(continuations: list[tuple[int, ...]]) -> tuple[list[int], list[int], list[int]]:
+    """Merge continuations into a trie: (tokens, parents, node that ends each continuation)."""
+    tokens: list[int] = []
+    parents: list[int] = []
+    index: dict[tuple[int, int], int] = {}
+    ends: list[int] = []
+    for cont in continuations:
+        node = -1
+        for tok in cont:
+            key = (node, tok)
+            if key not in index:
+                index[key] = len(tokens)
+                tokens.append(tok)
+                parents.append(node)
+            node = index[key]
+        ends.append(node)
+    return tokens, parents, ends

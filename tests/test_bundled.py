@@ -13,6 +13,7 @@ from engine.decoder import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
+from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.heads.eagle import load_eagle_head
@@ -78,7 +79,8 @@ DRAFTERS = {
     "eagle": lambda target, draft: EagleDrafter(load_eagle_head(BUNDLED_EAGLE, target)),
     "eagle3": lambda target, draft: Eagle3Drafter(load_eagle3_head(BUNDLED_EAGLE3, target)),
     "lookahead": lambda target, draft: LookaheadDrafter(),
-    "lookahead-jacobi-only": lambda target, draft: LookaheadDrafter(window=5, ngram=2, guesses=5, context_ngrams=False),
+    "lookahead-jacobi-only": lambda target, draft: LookaheadDrafter(window=5, ngram=3, guesses=5, context_ngrams=False),
+    "lookahead-glance": lambda target, draft: GlanceLookaheadDrafter(),
 }
 
 

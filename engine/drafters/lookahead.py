@@ -1,22 +1,31 @@
-"""Lookahead decoding (Fu et al. 2024): no draft model, no training.
+"""Lookahead decoding (Fu et al. 2024), as LookaheadDecoding (hao-ai-lab) defines it: no draft model, no training.
 
-Each step is one target forward over two branches. The lookahead branch holds a 2D window of N - 1 levels of W
-guessed tokens; one forward advances it by a Jacobi iteration: token (level l, column c) sits at root + 1 + c + l
-and sees the oldest level up to column c and the levels 1..l of its own column, so its column reads as one
-contiguous guessed continuation, and the newest level's outputs are the next guesses. Each column then yields an
-N-gram (the column top to bottom plus the new guess), pooled under its first token. The verification branch holds
-up to G pooled N-grams starting with the pending token, merged into a trie and verified like any draft tree
-(deterministic candidates, q = 1). The side branch never sees the trie nor the trie the side branch, and compaction
-drops the whole window from the cache, so output is exactly the target's.
+Each step is one target forward over two branches.
 
-The window starts as one level of W random prompt tokens and grows a level per step until it has N - 1; n-grams are
-harvested once it is full. With `context_ngrams` on, the pool is also fed the n-grams of the prompt and of every
-committed token (prompt lookup over the running text).
+The lookahead branch is a 2D window of N - 1 levels and W columns. Level l, column c sits at position
+root + c + l; level 0, column 0 is the pending token itself (the root), so the window stores W - 1 tokens on
+level 0 and W on each level after it. A token sees level 0 up to its column and its own column on levels 1..l,
+so every column reads as one contiguous guessed continuation. The newest level's outputs are the next Jacobi
+guesses; with them each column yields an N-gram, pooled under its level-0 token: column 0's under the pending
+token. Then the window slides one position: the oldest level goes, the next one drops its column 0 (which now
+lies under the new pending token) and the guesses become the newest level.
 
-This is not yet LookaheadDecoding's exact algorithm (hao-ai-lab): the reference seeds the window with W + N - 3
-prompt tokens, keys a window column to the pending token, slides during warm-up, and verifies every pooled n-gram
-of the pending token while keeping at most G per key; here G is "verify the G most recent of at most
-`pool_capacity` per key". Numbers here compare with the reference's only loosely.
+The window starts as one level of W + N - 3 random prompt tokens. While it fills (N - 2 steps) every level slides
+one column per step and the newest level's outputs become a new level, so it reaches W - 1 + (N - 2) W tokens.
+
+The verification branch holds every pooled N-gram keyed by the pending token (the pool keeps at most G per key,
+least recently added dropped first), merged into a trie and verified like any draft tree (deterministic
+candidates, q = 1). It runs once the window is full. With `context_ngrams` on (the reference's
+POOL_FROM_PROMPT) the pool also takes the N-grams of the prompt and of every committed token.
+
+Differences from the reference, none of which changes which tokens are emitted: pooled N-grams sharing a prefix
+are merged into one trie instead of verified as separate branches (fewer tokens in the forward); G = 0 drops the
+window too (nothing would be verified: plain decoding); EOS guesses in the window are kept (the reference swaps
+them for prompt tokens); N = 2 (which the reference does not run) keeps a one-level window with no column under
+the pending token.
+
+The earlier Glance variant (`lookahead_glance.py`, `--lookahead-variant glance`) keys no column to the pending
+token, seeds W tokens, grows levels without sliding, keeps 8 N-grams per key and verifies the G most recent.
 """
 
 from __future__ import annotations
@@ -28,23 +37,23 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
 from engine.drafters.spec import BuildContext, DrafterSpec, knob
 from engine.errors import GlanceError
-from engine.tree import Draft
+from engine.tree import Draft, ngram_trie
 
-# Chosen by measurement on this project's 2-core Xeon (bf16, bundled target and its 12 suite prompts x 48 tokens,
-# greedy, 2 repeats interleaved per prompt, `evaluate.compare_settings`), W/N/G: tau, speedup over plain decoding:
-# 3/4/3 2.20 1.88x, 4/4/4 2.32 1.81x, 5/4/5 2.34 1.81x, 5/5/5 2.56 1.92x, 4/5/4 2.54 2.02x. A first single pass
-# (no repeats) also had 4/3/4 2.06, 5/3/5 2.08, 6/5/6 2.53, 5/5/8 2.58, 3/2/3 1.64; without context n-grams
-# 4/3/4 1.86 and 5/4/5 2.00. The reference's 5/7/7 was tuned on GPUs, where the wide forward is nearly free.
+# Chosen by measurement on this project's 2-core Xeon (docs/lookahead.md): 4/5/4 was the fastest of eight W/N/G
+# tried. The reference's 7B suggestion (W 7, N 5, G 7) and the paper's (W 15, N 5, G 15) were tuned on GPUs, where
+# a wide forward is nearly free.
 DEFAULT_WINDOW = 4
 DEFAULT_NGRAM = 5
 DEFAULT_GUESSES = 4
-DEFAULT_POOL_CAPACITY = 8
+VARIANTS = ("reference", "glance")
 
 
 class NgramPool:
-    """N-grams keyed by their first token; per key at most `capacity` continuations, least recently used evicted."""
+    """N-grams keyed by their first token; per key at most `capacity` continuations in order of addition. Adding
+    one already there moves it to the newest end; a full key drops its oldest (the reference's token_map)."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -56,7 +65,7 @@ class NgramPool:
     def add(self, gram: tuple[int, ...]) -> None:
         """Insert (or refresh) an n-gram given as (first token, continuation...)."""
         key, rest = gram[0], tuple(gram[1:])
-        if not rest:
+        if not rest or self.capacity <= 0:
             return
         bucket = self.by_key.setdefault(key, OrderedDict())
         if rest in bucket:
@@ -66,50 +75,26 @@ class NgramPool:
         if len(bucket) > self.capacity:
             bucket.popitem(last=False)
 
-    def touch(self, key: int, rest: tuple[int, ...]) -> None:
-        bucket = self.by_key.get(key)
-        if bucket is not None and rest in bucket:
-            bucket.move_to_end(rest)
-
-    def lookup(self, key: int, limit: int) -> list[tuple[int, ...]]:
-        """Up to `limit` continuations of `key`, most recently used first."""
-        bucket = self.by_key.get(key)
-        if not bucket or limit <= 0:
-            return []
-        return list(reversed(bucket))[:limit]
+    def lookup(self, key: int) -> list[tuple[int, ...]]:
+        """Every continuation pooled under `key`, oldest first."""
+        return list(self.by_key.get(key, ()))
 
 
-def ngram_trie(continuations: list[tuple[int, ...]]) -> tuple[list[int], list[int], list[int]]:
-    """Merge continuations into a trie: (tokens, parents, node that ends each continuation)."""
-    tokens: list[int] = []
-    parents: list[int] = []
-    index: dict[tuple[int, int], int] = {}
-    ends: list[int] = []
-    for cont in continuations:
-        node = -1
-        for tok in cont:
-            key = (node, tok)
-            if key not in index:
-                index[key] = len(tokens)
-                tokens.append(tok)
-                parents.append(node)
-            node = index[key]
-        ends.append(node)
-    return tokens, parents, ends
+def window_cells(sizes: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(level, column) of each stored window token, level by level: level 0 holds columns 1..sizes[0] (its column
+    0 is the pending token), every later level columns 0..size - 1."""
+    return [(lvl, c + (lvl == 0)) for lvl, size in enumerate(sizes) for c in range(size)]
 
 
-def window_layout(levels: int, width: int) -> tuple[list[int], torch.Tensor]:
-    """Offsets from the root and the [L*W, L*W] visibility of a window of `levels` x `width` tokens, flattened
-    level by level: (l, c) sits at 1 + c + l and sees (0, c') for c' <= c and (l', c) for 1 <= l' <= l."""
-    m = levels * width
-    offsets = [1 + c + lvl for lvl in range(levels) for c in range(width)]
-    visible = torch.zeros(m, m, dtype=torch.bool)
-    for lvl in range(levels):
-        for c in range(width):
-            row = lvl * width + c
-            visible[row, : c + 1] = True  # the oldest level up to this column
-            for up in range(1, lvl + 1):
-                visible[row, up * width + c] = True  # this column in the newer levels, itself included
+def window_layout(sizes: tuple[int, ...]) -> tuple[list[int], torch.Tensor]:
+    """Offsets from the root and the [m, m] visibility of a window with `sizes[l]` tokens on level l: (l, c) sits
+    at c + l and sees (0, c') for 1 <= c' <= c and (l', c) for 1 <= l' <= l (the root it always sees)."""
+    cells = window_cells(sizes)
+    offsets = [c + lvl for lvl, c in cells]
+    visible = torch.zeros(len(cells), len(cells), dtype=torch.bool)
+    for row, (lvl, c) in enumerate(cells):
+        for col, (lvl2, c2) in enumerate(cells):
+            visible[row, col] = (lvl2 == 0 and c2 <= c) or (1 <= lvl2 <= lvl and c2 == c)
     return offsets, visible
 
 
@@ -122,7 +107,6 @@ class LookaheadDrafter(Drafter):
         window: int = DEFAULT_WINDOW,
         ngram: int = DEFAULT_NGRAM,
         guesses: int = DEFAULT_GUESSES,
-        pool_capacity: int = DEFAULT_POOL_CAPACITY,
         context_ngrams: bool = True,
         seed: int = 0,
     ) -> None:
@@ -132,30 +116,33 @@ class LookaheadDrafter(Drafter):
             raise GlanceError(f"the lookahead n-gram size must be at least 2 (got {ngram})")
         if guesses < 0:
             raise GlanceError(f"lookahead guesses must be >= 0 (got {guesses})")
-        if pool_capacity < 1:
-            raise GlanceError(f"the n-gram pool capacity must be at least 1 (got {pool_capacity})")
         self.window, self.ngram, self.guesses = window, ngram, guesses
-        self.extra_positions = window + ngram  # the window's tokens sit up to W + N - 2 past the pending one
-        self.pool_capacity = pool_capacity
+        self.extra_positions = window + ngram  # window tokens sit up to W + N - 3 past the pending one
         self.context_ngrams = context_ngrams
         self.seed = seed
         self.reset()
 
     def reset(self) -> None:
-        self.pool = NgramPool(self.pool_capacity)
+        self.pool = NgramPool(self.guesses)
         self.levels: list[list[int]] = []
-        self.layout: dict[int, tuple[list[int], torch.Tensor]] = {}
+        self.layout: dict[tuple[int, ...], tuple[list[int], torch.Tensor]] = {}
+        self._root = -1  # the pending token of the step in flight: the key of window column 0
         self._fed = 0  # committed tokens already fed to the pool
+
+    @property
+    def full(self) -> bool:
+        return len(self.levels) == self.ngram - 1
 
     def begin(self, state: DecodeState) -> None:
         rng = random.Random(self.seed)
         prompt = state.tokens[: state.prompt_len]
-        self.levels = [[rng.choice(prompt) for _ in range(self.window)]]
+        seeded = max(1, self.window + self.ngram - 3)
+        self.levels = [[rng.choice(prompt) for _ in range(seeded)]]
         self._fed = 0
         self._feed_context(state)
 
     def _feed_context(self, state: DecodeState) -> None:
-        """Pool the n-grams of committed text not yet seen (prompt lookup over the running text)."""
+        """Pool the n-grams of committed text not yet seen (the reference's POOL_FROM_PROMPT)."""
         if not self.context_ngrams:
             return
         toks, n = state.tokens, self.ngram
@@ -167,16 +154,17 @@ class LookaheadDrafter(Drafter):
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.guesses == 0:  # nothing would ever be verified: plain decoding, no window either
             return Draft()
-        conts = self.pool.lookup(state.tokens[-1], self.guesses)
-        conts = [c[:max_tokens] for c in conts if max_tokens > 0]
+        self._root = state.tokens[-1]
+        conts = self.pool.lookup(self._root) if self.full and max_tokens > 0 else []
+        conts = [c[:max_tokens] for c in conts]
         tokens, parents, _ = ngram_trie(conts)
-        levels = len(self.levels)
-        if levels not in self.layout:
-            self.layout[levels] = window_layout(levels, self.window)
-        offsets, visible = self.layout[levels]
+        sizes = tuple(map(len, self.levels))
+        if sizes not in self.layout:
+            self.layout[sizes] = window_layout(sizes)
+        offsets, visible = self.layout[sizes]
         meta = {
             "window": [list(level) for level in self.levels],
-            "ngrams": [[state.tokens[-1], *c] for c in conts],
+            "ngrams": [[self._root, *c] for c in conts],
             "pool_size": len(self.pool),
         }
         side = [tok for level in self.levels for tok in level]
@@ -185,28 +173,36 @@ class LookaheadDrafter(Drafter):
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         if not draft.side_tokens:
             return
-        width, levels = self.window, len(self.levels)
-        newest = state.side_logits[(levels - 1) * width : levels * width]  # [W, V]: the newest level's outputs
-        guesses = newest.argmax(-1).tolist()
-        if levels == self.ngram - 1:  # full window: harvest one n-gram per column, then slide
-            for c in range(width):
-                self.pool.add(tuple(level[c] for level in self.levels) + (guesses[c],))
-            self.levels = self.levels[1:] + [guesses]
+        newest = self.levels[-1]
+        guesses = state.side_logits[len(draft.side_tokens) - len(newest) :].argmax(-1).tolist()  # one per column
+        if self.full:
+            self._harvest(guesses)
+            if len(self.levels) == 1:  # N = 2: the guesses sit one position on, on level 0's columns
+                self.levels = [guesses]
+            else:  # slide: the oldest level goes, the next drops its column 0 (under the new pending token)
+                self.levels = [self.levels[1][1:], *self.levels[2:], guesses]
+        elif len(self.levels) == 1:  # filling: every level slides one column, the guesses become a level
+            self.levels = [self.levels[0][1:], guesses]
         else:
-            self.levels.append(guesses)
-        if accepted:  # the accepted n-gram proved useful: keep it
-            path = tuple(draft.tokens[i] for i in accepted)
-            for gram in draft.meta.get("ngrams", []):
-                if tuple(gram[1 : 1 + len(path)]) == path:
-                    self.pool.touch(gram[0], tuple(gram[1:]))
+            self.levels = [level[1:] for level in self.levels] + [guesses[1:]]
         self._feed_context(state)
+
+    def _harvest(self, guesses: list[int]) -> None:
+        """Pool each column of the full window with its new guess as an N-gram, keyed by its level-0 token."""
+        if len(self.levels) == 1:
+            for first, guess in zip(self.levels[0], guesses):
+                self.pool.add((first, guess))
+            return
+        level0 = [self._root, *self.levels[0]]
+        for c, guess in enumerate(guesses):
+            self.pool.add((level0[c], *(level[c] for level in self.levels[1:]), guess))
 
     def settings(self) -> dict:
         return {
+            "variant": "reference",
             "window": self.window,
             "ngram": self.ngram,
             "guesses": self.guesses,
-            "pool_capacity": self.pool_capacity,
             "context_ngrams": self.context_ngrams,
             "pool_size": len(self.pool),  # hit and guess rates: engine/stats.py, from the step events
         }
@@ -217,7 +213,17 @@ class LookaheadOptions:
     lookahead_window: int = knob(DEFAULT_WINDOW, "W: window width (Jacobi guesses per level)", lo=1, hi=32, label="W")
     lookahead_ngram: int = knob(DEFAULT_NGRAM, "N: n-gram size (the window keeps N - 1 levels)", lo=2, hi=8, label="N")
     lookahead_guesses: int = knob(
-        DEFAULT_GUESSES, "G: n-grams verified per step (0: plain decoding)", lo=0, hi=32, label="G"
+        DEFAULT_GUESSES,
+        "G: n-grams kept per key, all verified when the key is pending (0: plain decoding)",
+        lo=0,
+        hi=32,
+        label="G",
+    )
+    lookahead_variant: str = knob(
+        "reference",
+        "reference: LookaheadDecoding's algorithm; glance: Glance's earlier variant, faster here (docs/lookahead.md)",
+        choices=VARIANTS,
+        label="variant",
     )
     lookahead_context: bool = knob(
         True,
@@ -227,8 +233,15 @@ class LookaheadOptions:
     )
 
 
-def build(ctx: BuildContext) -> LookaheadDrafter:
+def build(ctx: BuildContext) -> Drafter:
     o = ctx.options
+    if o.lookahead_variant == "glance":
+        return GlanceLookaheadDrafter(
+            window=o.lookahead_window,
+            ngram=o.lookahead_ngram,
+            guesses=o.lookahead_guesses,
+            context_ngrams=o.lookahead_context,
+        )
     return LookaheadDrafter(
         window=o.lookahead_window,
         ngram=o.lookahead_ngram,
