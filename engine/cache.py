@@ -97,7 +97,8 @@ def keep_positions(cache, positions: torch.Tensor | list[int]) -> None:
 
 
 def compact_tail(cache, start: int, offsets: list[int]) -> None:
-    """Keep positions [0, start) plus start + each offset (ascending). A contiguous run 0..k is a plain crop."""
+    """Keep positions [0, start) plus start + each offset (ascending). A contiguous run 0..k is a plain crop; otherwise
+    the kept entries are copied into place (a few rows) and the rest cropped, instead of rebuilding the whole cache."""
     if offsets == list(range(len(offsets))):
         crop(cache, start + len(offsets))
         return
@@ -105,11 +106,12 @@ def compact_tail(cache, start: int, offsets: list[int]) -> None:
     if not layers:
         return
     index = torch.as_tensor(offsets, dtype=torch.long, device=layers[0].keys.device) + start
+    end = start + len(offsets)
     for layer in layers:
-        tail_k = layer.keys.index_select(-2, index)  # [B, H, len(offsets), D]
-        tail_v = layer.values.index_select(-2, index)
-        layer.keys = torch.cat([layer.keys[..., :start, :], tail_k], dim=-2)
-        layer.values = torch.cat([layer.values[..., :start, :], tail_v], dim=-2)
+        layer.keys[..., start:end, :] = layer.keys.index_select(-2, index)  # [B, H, len(offsets), D]
+        layer.values[..., start:end, :] = layer.values.index_select(-2, index)
+        layer.keys = layer.keys[..., :end, :]
+        layer.values = layer.values[..., :end, :]
 
 
 def gather_rows(cache, index: torch.Tensor) -> None:

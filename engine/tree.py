@@ -11,8 +11,10 @@ and dropped from the cache by compaction. Rows 1 + n .. 1 + n + m of the output 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 
@@ -89,16 +91,21 @@ def node_depths(parents: list[int]) -> list[int]:
 
 
 def ancestor_matrix(parents: list[int]) -> torch.Tensor:
-    """[1 + n, 1 + n] bool: row r may attend column c (c is r or an ancestor of r; the root is everyone's ancestor)."""
+    """[1 + n, 1 + n] bool: row r may attend column c (c is r or an ancestor of r; the root is everyone's ancestor).
+    Shared between calls with the same tree (static trees repeat every step): never modify the result."""
+    return _ancestor_matrix(tuple(parents))
+
+
+@functools.lru_cache(maxsize=256)
+def _ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
     n = len(parents)
-    visible = torch.zeros(n + 1, n + 1, dtype=torch.bool)
+    visible = np.zeros((n + 1, n + 1), dtype=bool)  # numpy rows: a tenth of the cost of torch's per-row indexing
     visible[:, 0] = True
     for i, p in enumerate(parents):
-        row = i + 1
         if p >= 0:
-            visible[row] = visible[p + 1]
-        visible[row, row] = True
-    return visible
+            visible[i + 1] = visible[p + 1]
+        visible[i + 1, i + 1] = True
+    return torch.from_numpy(visible)
 
 
 def draft_visibility(parents: list[int], side_visible: torch.Tensor | None = None) -> torch.Tensor:
@@ -128,9 +135,10 @@ def tree_attention_mask(
     parents: list[int], past_len: int, dtype: torch.dtype, device, side_visible: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Additive mask [1, 1, S, past_len + S] (S = 1 + n + m) over the cache and the draft."""
-    block = draft_visibility(parents, side_visible)
-    visible = torch.cat([torch.ones(block.shape[0], past_len, dtype=torch.bool), block], dim=1)
-    return additive_mask(visible, dtype, device)
+    block = draft_visibility(parents, side_visible)  # [S, S]
+    mask = torch.zeros(block.shape[0], past_len + block.shape[0], dtype=dtype)  # the cache: visible to all
+    mask[:, past_len:].masked_fill_(~block, torch.finfo(dtype).min)
+    return mask[None, None].to(device)
 
 
 def tree_position_ids(parents: list[int], past_len: int, device, side_offsets: list[int] | None = None) -> torch.Tensor:

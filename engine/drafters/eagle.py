@@ -22,7 +22,7 @@ from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.models import BUNDLED_EAGLE
-from engine.tree import Draft, additive_mask
+from engine.tree import Draft
 
 # SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
 EAGLE_25 = [
@@ -104,17 +104,22 @@ class EagleDrafter(Drafter):
         """The target ids of the head's output ids (the same vocabulary here)."""
         return ids
 
-    def _mask(self, committed: int, ancestors: list[list[int]], fed: int, dtype, device) -> torch.Tensor:
-        """[1, 1, m, committed + fed + m]: each new row sees the committed pairs, the fed entries listed in its
-        `ancestors` (slots counted after the committed pairs) and itself."""
+    def _mask(self, committed: int, ancestors: list[list[int]] | None, fed: int, dtype, device) -> torch.Tensor:
+        """[1, 1, m, committed + fed + m] additive: each new row sees the committed pairs, the fed entries listed in
+        its `ancestors` (slots counted after the committed pairs) and itself; `ancestors` None with `m` = fed: the
+        new rows are a causal run (the pairs committed since the last step)."""
+        lowest = torch.finfo(dtype).min
+        if ancestors is None:  # a causal run of `fed` rows after the committed pairs
+            mask = torch.zeros(fed, committed + fed, dtype=dtype)
+            mask[:, committed:] = torch.full((fed, fed), lowest, dtype=dtype).triu(1)
+            return mask[None, None].to(device)
         m = len(ancestors)
-        visible = torch.zeros(m, committed + fed + m, dtype=torch.bool)
-        visible[:, :committed] = True
-        for r, anc in enumerate(ancestors):
-            for slot in anc:
-                visible[r, committed + slot] = True
-            visible[r, committed + fed + r] = True
-        return additive_mask(visible, dtype, device)
+        mask = torch.full((m, committed + fed + m), lowest, dtype=dtype)
+        mask[:, :committed] = 0
+        rows = [r for r, anc in enumerate(ancestors) for _ in anc] + list(range(m))
+        cols = [committed + s for anc in ancestors for s in anc] + [committed + fed + r for r in range(m)]
+        mask[rows, cols] = 0
+        return mask[None, None].to(device)
 
     def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask) -> torch.Tensor:
         dev = feats.device
@@ -135,7 +140,7 @@ class EagleDrafter(Drafter):
             toks,
             feats.to(dtype),
             list(range(base, base + m)),
-            self._mask(base, [list(range(i)) for i in range(m)], 0, dtype, feats.device),
+            self._mask(base, None, m, dtype, feats.device),
         )
         self.pending = None
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
