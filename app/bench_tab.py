@@ -149,6 +149,11 @@ class BenchmarkTab(QWidget):
                 self.plot.plot(
                     sw["batch_sizes"], ys, pen=pg.mkPen(variant_color(m), width=2), symbol="o", name=LABELS.get(m, m)
                 )
+                pred = sw.get("predictions", {}).get(m, {}).get("predicted_speedup", {})
+                xs = [b for b in sw["batch_sizes"] if pred.get(b) is not None]
+                if xs:  # the cost model's forecast, dashed in the method's colour
+                    dashed = pg.mkPen(variant_color(m), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
+                    self.plot.plot(xs, [pred[b] for b in xs], pen=dashed)
             self.plot.addLine(y=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
         elif "suite" in results:
             self.mode.setCurrentText("prompt suite")

@@ -47,6 +47,7 @@ class BatchResult:
     wall_seconds: float
     draft_seconds: float
     verify_seconds: float
+    verify_width: int = 0  # tokens per row summed over verification forwards (each forward is B x its width)
 
     @property
     def new_tokens(self) -> int:
@@ -169,6 +170,7 @@ class BatchDecoder:
         cached = list(lens)  # row b's cache length: every committed token but the pending one
         steps = [0] * B
         draft_s = verify_s = 0.0
+        width = 0
 
         while any(active):
             ts = time.perf_counter()
@@ -180,6 +182,7 @@ class BatchDecoder:
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
             S, past = max(sizes), cache.get_seq_length()
+            width += S
             ids = torch.full((B, S), self.pad, dtype=torch.long)
             visible = torch.zeros(B, S, past + S, dtype=torch.bool)
             positions = torch.zeros(B, S, dtype=torch.long)
@@ -227,4 +230,4 @@ class BatchDecoder:
             for b, step in outcomes.items():
                 yield b, step_event(run_ids[b], self.variant, steps[b], drafts[b], step, d_s, v_s, clock, len(new[b]))
         wall = prefill_s + draft_s + verify_s
-        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s)
+        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s, width)

@@ -396,7 +396,9 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     sweep = tab.results["sweep"]
     assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead"}
     assert "batch" in tab.table.toPlainText() and "tok/s (speedup, τ)" in tab.table.toPlainText()
-    assert len(tab.plot.getPlotItem().listDataItems()) == 2  # one speedup curve per drafting method
+    # per drafting method a measured curve and the cost model's dashed prediction; the lesson under the table
+    assert len(tab.plot.getPlotItem().listDataItems()) == 4
+    assert "Speedup = tokens per step / (draft + verify time)" in tab.table.toPlainText()
     assert tab.progress.value() == tab.progress.maximum() > 0
     names = {p.name for p in tab.export_to(tmp_path / "sweep")}
     assert {"results.json", "results.md", "batch_sweep.png"} <= names

@@ -60,7 +60,38 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
     for b in (1, 3):
         assert all(r["matched_rows"] == r["rows"] == 3 for r in sweep["rows"][b].values())  # float32: exact
         assert sweep["rows"][b]["ar"]["speedup"] == 1.0
+        for m, r in sweep["rows"][b].items():
+            # the parts explain the cell: speedup ~ tau / (draft + verify), in plain steps at this batch size
+            assert r["width"] >= 1 and r["draft_steps"] >= 0 and r["verify_steps"] > 0
+            parts = r["tau"] / (r["draft_steps"] + r["verify_steps"])
+            assert parts == pytest.approx(r["speedup"], rel=0.35), (b, m, r)
+    assert sweep["rows"][1]["lookahead"]["width"] > 1  # the window rides in the verification forward
+    assert set(sweep["forward_ms"]) == {1, 3} and set(sweep["forward_ms"][3]) >= {1, 8}
+    for m in ("vanilla", "lookahead"):
+        pred = sweep["predictions"][m]
+        assert set(pred["predicted_speedup"]) == {1, 3} and all(v > 0 for v in pred["predicted_speedup"].values())
+    text = markdown(results)
+    assert "Speedup = tokens per step / (draft + verify time)" in text and "crossover" in text
     assert {p.name for p in write(results, tmp_path)} >= {"batch_sweep.png", "results.json"}
+
+
+def test_sweep_prediction_finds_the_crossover():
+    """Row-by-row drafting costs B times its single-row time and verifying costs what the grid says: with a grid
+    where a 4-token forward costs 1 plain step at B=1 but 3 at B=4, a tau-2 method crosses 1x at B=4."""
+    from engine.bench.sweep import predict
+
+    cell = {"tau": 2.0, "draft_ms_per_step": 2.0, "width": 4.0, "speedup": 1.5}
+    sweep = {
+        "batch_sizes": [1, 2, 4],
+        "methods": ["ar", "m"],
+        "rows": {b: {"ar": {}, "m": dict(cell, speedup=s)} for b, s in ((1, 1.5), (2, 1.1), (4, 0.7))},
+    }
+    grid = {1: {1: 0.010, 8: 0.010}, 2: {1: 0.012, 8: 0.020}, 4: {1: 0.015, 8: 0.065}}
+    pred = predict(sweep, grid)["m"]
+    # B=1: 2 / (0.2 + 1.0); B=2: 2 / (0.333 + 16/12... interpolated 4 tokens); B=4: draft 0.533 + verify 2.667
+    assert pred["predicted_speedup"][1] == pytest.approx(2 / 1.2, rel=1e-3)
+    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + (0.015 + 3 / 7 * 0.05) / 0.015), rel=1e-3)
+    assert pred["predicted_crossover"] == 4 and pred["measured_crossover"] == 4
 
 
 def test_chain_prediction_matches_the_formula():

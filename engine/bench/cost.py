@@ -55,6 +55,37 @@ def forward_costs(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+GRID_TOKENS = (1, 2, 4, 8, 16, 24, 32)  # forward widths the batch sweep's cost grid measures
+
+
+@torch.no_grad()
+def forward_grid(
+    model: torch.nn.Module, batch_sizes, sizes=GRID_TOKENS, context: int = 128, repeats: int = 3, cancel=None
+) -> dict[int, dict[int, float]]:
+    """{B: {k: median seconds}} of one cached target forward over B rows x k new tokens after `context` tokens each:
+    what verification costs as the batch grows. Rounds interleave every (B, k); `cancel()` true returns {}."""
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().num_embeddings
+    caches = {}
+    for b in batch_sizes:
+        caches[b] = DynamicCache(config=model.config)
+        model(input_ids=torch.randint(0, vocab, (b, context), device=device), cache=caches[b], use_cache=True)
+    times: dict[int, dict[int, list[float]]] = {b: {k: [] for k in sizes} for b in batch_sizes}
+    for _ in range(repeats):
+        for b in batch_sizes:
+            for k in sizes:
+                if cancel is not None and cancel():
+                    return {}
+                step = torch.randint(0, vocab, (b, k), device=device)
+                t = time.perf_counter()
+                model(input_ids=step, cache=caches[b], use_cache=True)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times[b][k].append(time.perf_counter() - t)
+                crop(caches[b], context)
+    return {b: {k: statistics.median(v) for k, v in row.items()} for b, row in times.items()}
+
+
 def fit_line(costs: dict[int, float]) -> tuple[float, float]:
     """Least-squares a + b * k through the measured costs: robust to the noise of single sizes."""
     ks = list(costs)

@@ -103,16 +103,53 @@ def cost_table(cost: dict) -> str:
     return text
 
 
+SWEEP_LESSON = (
+    "Speedup = tokens per step / (draft + verify time), both counted in plain decoding steps at the same batch size. "
+    "As the batch grows the target stops being memory bound, so verifying k tokens per row costs more plain steps "
+    "and row-by-row drafting costs B times as much: a method stops paying where that sum passes its tokens per step."
+)
+
+
+def _cell(sweep: dict, b) -> dict:
+    return sweep["rows"][b] if b in sweep["rows"] else sweep["rows"][str(b)]
+
+
 def sweep_table(sweep: dict) -> str:
     methods = sweep["methods"]
     head = "| batch | " + " | ".join(f"{LABELS.get(m, m)} tok/s (speedup, τ)" for m in methods) + " |\n"
     head += "|---" * (len(methods) + 1) + "|\n"
     rows = []
     for b in sweep["batch_sizes"]:
-        r = sweep["rows"][b] if b in sweep["rows"] else sweep["rows"][str(b)]
+        r = _cell(sweep, b)
         cells = [f"{r[m]['tokens_per_second']:.1f} ({r[m]['speedup']:.2f}x, τ {r[m]['tau']:.2f})" for m in methods]
         rows.append(f"| {b} | " + " | ".join(cells) + " |")
-    return head + "\n".join(rows) + "\n"
+    text = head + "\n".join(rows) + "\n"
+    spec = [m for m in methods if m != "ar"]
+    if spec and "draft_steps" in _cell(sweep, sweep["batch_sizes"][0])[spec[0]]:
+        text += "\n" + SWEEP_LESSON + "\n\n"
+        text += "| batch | " + " | ".join(f"{LABELS.get(m, m)}: τ / (draft + verify)" for m in spec) + " |\n"
+        text += "|---" * (len(spec) + 1) + "|\n"
+        for b in sweep["batch_sizes"]:
+            r = _cell(sweep, b)
+            cells = [f"{r[m]['tau']:.2f} / ({r[m]['draft_steps']:.2f} + {r[m]['verify_steps']:.2f})" for m in spec]
+            text += f"| {b} | " + " | ".join(cells) + " |\n"
+    preds = sweep.get("predictions")
+    if preds:
+        text += (
+            "\nPredicted from the smallest batch's cell and the measured forward cost over (batch, tokens); "
+            "crossover: the smallest batch size at or under 1x (– : none in the sweep).\n\n"
+        )
+        text += "| method | " + " | ".join(f"B={b}" for b in sweep["batch_sizes"]) + " | crossover |\n"
+        text += "|---" * (len(sweep["batch_sizes"]) + 2) + "|\n"
+        for m, p in preds.items():
+            per = p["predicted_speedup"]
+            cells = []
+            for b in sweep["batch_sizes"]:
+                pred = per.get(b, per.get(str(b)))
+                cells.append(f"{_cell(sweep, b)[m]['speedup']:.2f}x (pred. {_fmt(pred, 2, 'x')})")
+            cross = f"{_fmt(p['measured_crossover'], 0)} (pred. {_fmt(p['predicted_crossover'], 0)})"
+            text += f"| {LABELS.get(m, m)} | " + " | ".join(cells) + f" | {cross} |\n"
+    return text
 
 
 def environment(target, device: str, dtype: str) -> dict:
@@ -180,12 +217,17 @@ def charts(results: dict, out: Path) -> list[Path]:
         for m in sw["methods"]:
             if m == "ar":
                 continue
-            ys = [(sw["rows"].get(b) or sw["rows"][str(b)])[m]["speedup"] for b in sw["batch_sizes"]]
-            ax.plot(sw["batch_sizes"], ys, marker="o", label=LABELS.get(m, m))
+            ys = [_cell(sw, b)[m]["speedup"] for b in sw["batch_sizes"]]
+            line = ax.plot(sw["batch_sizes"], ys, marker="o", label=LABELS.get(m, m))[0]
+            pred = sw.get("predictions", {}).get(m, {}).get("predicted_speedup")
+            if pred:  # the cost model's forecast, dashed in the same colour
+                xs = [b for b in sw["batch_sizes"] if pred.get(b, pred.get(str(b))) is not None]
+                ax.plot(xs, [pred.get(b, pred.get(str(b))) for b in xs], ls="--", color=line.get_color(), lw=1)
         ax.axhline(1.0, color="#888", lw=1)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("batch size")
         ax.set_ylabel("speedup over batched plain decoding")
+        ax.set_title("solid: measured · dashed: predicted", fontsize=8)
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "batch_sweep.png")

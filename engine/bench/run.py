@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.bench.cost import fit_line, forward_costs, predictions
+from engine.bench.cost import fit_line, forward_costs, forward_grid, predictions
 from engine.bench.report import environment
 from engine.bench.suite import BenchSetup, Progress, run_suite
-from engine.bench.sweep import break_even, run_sweep
+from engine.bench.sweep import break_even, predict, run_sweep
 from engine.variants import describe_parts
 
 
@@ -41,6 +41,14 @@ def run_benchmark(
     if batch_sizes:
         sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel)
         sweep["break_even_batch"] = break_even(sweep)
+        if progress:
+            progress(0, 1, "cost grid: timing batched target forwards")
+        grid = forward_grid(target.model, batch_sizes, cancel=cancel)
+        if progress:
+            progress(1, 1, "cost grid: done")
+        if grid:
+            sweep["forward_ms"] = {b: {k: round(v * 1e3, 3) for k, v in row.items()} for b, row in grid.items()}
+            sweep["predictions"] = predict(sweep, grid)
         results["sweep"] = sweep
         return results
     suite = run_suite(setup, prompts, methods, repeats, progress, cancel)

@@ -1,9 +1,17 @@
 """The batch sweep: every method decodes B prompts at once for each B; speedup over batched plain decoding at the
-same B shows where batching eats the win (the target is no longer memory bound, so verifying more tokens costs)."""
+same B shows where batching eats the win.
+
+Each cell is taken apart the way the cost model reads it: speedup = tokens per step / (draft time + verify time),
+both in units of plain decoding's step at the same B. As B grows the target stops being memory bound, so a forward
+over k tokens per row costs more plain steps, and drafting (row by row here) costs B times its single-row time; a
+method stops paying where that sum passes its tokens per step. `predict` forecasts every cell and the crossover
+from the single-row cell and a grid of measured forward costs over (batch, tokens)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from engine.batch import BatchDecoder
 from engine.bench.suite import BenchSetup, Progress
@@ -54,6 +62,8 @@ def run_sweep(
         base_tokens: list = []
         for m in methods:
             tokens, wall, steps, emitted, forwards, out = 0, 0.0, 0, 0, 0, []
+            draft_s = verify_s = 0.0
+            width = 0
             for chunk in chunks:
                 if cancel and cancel():
                     raise GlanceError("the sweep was cancelled")
@@ -64,12 +74,21 @@ def run_sweep(
                 emitted += res.new_tokens - len(chunk)
                 forwards += res.forwards
                 out += res.tokens
+                draft_s, verify_s, width = (
+                    draft_s + res.draft_seconds,
+                    verify_s + res.verify_seconds,
+                    width + res.verify_width,
+                )
+            batched_steps = max(forwards - len(chunks), 1)  # verification forwards (one prefill per chunk)
             if m == "ar":
                 base_tokens = out
             rows[b][m] = {
                 "tokens_per_second": round(tokens / wall, 2) if wall else 0.0,
                 "tau": round(emitted / steps, 3) if steps else 0.0,
                 "forwards": forwards,
+                "draft_ms_per_step": round(draft_s / batched_steps * 1e3, 3),
+                "verify_ms_per_step": round(verify_s / batched_steps * 1e3, 3),
+                "width": round(width / batched_steps, 2),  # tokens per row in one verification forward
                 "matched_rows": sum(x == y for x, y in zip(out, base_tokens)),
                 "rows": len(out),
             }
@@ -77,8 +96,12 @@ def run_sweep(
             if progress:
                 progress(done, total, f"batch {b} {m}")
         base = rows[b]["ar"]["tokens_per_second"]
+        plain_step = rows[b]["ar"]["draft_ms_per_step"] + rows[b]["ar"]["verify_ms_per_step"]
         for r in rows[b].values():
             r["speedup"] = round(r["tokens_per_second"] / base, 3) if base else None
+            # the parts, in plain steps at this batch size: speedup ~ tau / (draft + verify)
+            r["draft_steps"] = round(r["draft_ms_per_step"] / plain_step, 3) if plain_step else None
+            r["verify_steps"] = round(r["verify_ms_per_step"] / plain_step, 3) if plain_step else None
     return {"batch_sizes": list(batch_sizes), "methods": methods, "rows": rows}
 
 
@@ -89,4 +112,36 @@ def break_even(sweep: dict) -> dict[str, int | None]:
         if m == "ar":
             continue
         out[m] = next((b for b in sweep["batch_sizes"] if (sweep["rows"][b][m]["speedup"] or 0) <= 1.0), None)
+    return out
+
+
+def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
+    """Per method: the predicted speedup at every batch size and the predicted crossover (the smallest B predicted
+    at or under 1x; None: never within the sweep), beside the measured ones. Inputs: the smallest batch's cell (tau,
+    draft milliseconds per step), each cell's forward width (a property of the drafts, not of speed) and `grid`, the
+    measured forward seconds over (B, k). Drafting is row by row, so it is taken to cost B / B0 times its time at
+    the smallest batch B0; verification costs grid(B, width) / grid(B, 1) plain steps."""
+    sizes = [b for b in sweep["batch_sizes"] if b in grid]
+    if not sizes:
+        return {}
+    b0 = sizes[0]
+    rows = sweep["rows"]
+    out = {}
+    for m in sweep["methods"]:
+        if m == "ar":
+            continue
+        first = rows[b0][m]
+        per_batch = {}
+        for b in sizes:
+            ks = sorted(grid[b])
+            cost = lambda k, b=b, ks=ks: float(np.interp(k, ks, [grid[b][x] for x in ks]))  # noqa: E731
+            plain = cost(1)
+            draft = first["draft_ms_per_step"] / 1e3 * b / b0 / plain
+            verify = cost(rows[b][m]["width"]) / plain
+            per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
+        out[m] = {
+            "predicted_speedup": per_batch,
+            "predicted_crossover": next((b for b in sizes if (per_batch[b] or 0) <= 1.0), None),
+            "measured_crossover": next((b for b in sizes if (rows[b][m]["speedup"] or 0) <= 1.0), None),
+        }
     return out
