@@ -5,8 +5,9 @@ The commit logic (first token, verification, EOS/budget cut, rows for the next d
 same as the single-prompt `Decoder`'s, and both emit StepEvents. Every row keeps its own cache length: after each
 step a per-row gather packs row b's cache to its committed tokens (right-padded to the longest row) and the mask
 hides each row's padding. Drafters are per row (their own caches,
-pools and hidden states) and draft one row at a time; only the target's verification is batched. A drafter sees a
-`RowView` of the batched output laid out exactly like a batch-1 forward, so every variant runs unchanged.
+pools and hidden states). A drafter class may batch its model calls across rows (`Drafter.batch_drafting`: vanilla
+runs one draft forward per depth for every row); the others draft one row at a time. A drafter sees a `RowView`
+of the batched output laid out exactly like a batch-1 forward, so every variant runs unchanged.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from engine.events import StepEvent
 from engine.features import layer_inputs
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
-from engine.tree import Draft, additive_mask, draft_visibility, node_depths
+from engine.tree import additive_mask, draft_visibility, node_depths
 
 
 @dataclass
@@ -168,16 +169,14 @@ class BatchDecoder:
         for b in range(B):
             yield b, prefill_event(run_ids[b], self.variant, new[b][0], prefill_s)
         cached = list(lens)  # row b's cache length: every committed token but the pending one
+        drafting = type(drafters[0]).batch_drafting(drafters)  # row by row, or one model call per depth for all
         steps = [0] * B
         draft_s = verify_s = 0.0
         width = 0
 
         while any(active):
             ts = time.perf_counter()
-            drafts = [
-                drafters[b].propose(states[b], self.max_new_tokens - len(new[b]) - 1) if active[b] else Draft()
-                for b in range(B)
-            ]
+            drafts = drafting.propose(states, [self.max_new_tokens - len(new[b]) - 1 for b in range(B)], active)
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]

@@ -102,16 +102,21 @@ class Decoder:
         return out
 
     def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
-        """The target's probability of each emitted token at the row that predicted it, and its top tokens at every
-        row (softmax at T=1 when greedy), for tooltips and the step inspector; nothing without `details`."""
+        """The target's probability of each emitted token and its top tokens, at the rows that emitted them (the
+        pending token's and the accepted path's; softmax at T=1 when greedy), for tooltips and the step inspector.
+        Rows no token came from stay empty: their softmax and top-k were the bulk of the cost on large trees.
+        Nothing without `details`. logits: [1 + n, V]."""
         if not self.details:
             return None, None
         cfg = self.sampling if not self.sampling.greedy else SamplingConfig(temperature=1.0)
-        probs = logits_to_probs(logits, cfg)  # [rows, V]
-        emitted = [round(float(probs[r, t]), 5) for r, t in zip(rows, tokens)]
-        top_p, top_i = probs.topk(min(TOP_TOKENS, probs.shape[-1]), dim=-1)  # [rows, k]
-        top = [[[int(i), round(float(p), 5)] for i, p in zip(ri, rp)] for ri, rp in zip(top_i, top_p)]
-        return emitted, top
+        probs = logits_to_probs(logits[rows], cfg)  # [k, V]: only the emitting rows
+        emitted = probs[torch.arange(len(rows)), torch.tensor(tokens, device=probs.device)]
+        top_p, top_i = probs.topk(min(TOP_TOKENS, probs.shape[-1]), dim=-1)  # [k, TOP]
+        emitted, top_p, top_i = emitted.tolist(), top_p.tolist(), top_i.tolist()  # to the host once each
+        top: list[list] = [[] for _ in range(max(rows) + 1)]
+        for j, r in enumerate(rows):
+            top[r] = [[i, round(q, 5)] for i, q in zip(top_i[j], top_p[j])]
+        return [round(q, 5) for q in emitted], top
 
     @torch.no_grad()
     def stream(self, prompt_ids: list[int], cancel: CancelCheck = None) -> Iterator[StepEvent | RunSummary]:

@@ -23,7 +23,8 @@ class StepEvent:
     clock: float  # seconds on this run's own clock, from the start of prefill to the end of this step
     new_tokens: int  # tokens emitted so far, this step included
     extra: dict = field(default_factory=dict)
-    # per verified row (the pending token, then each node): the target's top tokens as [token, prob] pairs
+    # per verified row (the pending token, then each node): the target's top tokens as [token, prob] pairs, filled
+    # for the rows that emitted a token (the pending token's and the accepted path's), empty for the others
     target_top: list[list[list]] = field(default_factory=list)
 
     @property

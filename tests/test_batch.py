@@ -3,7 +3,7 @@ different lengths, rows that advance by different amounts and rows that stop ear
 
 import pytest
 
-from engine.batch import BatchDecoder
+from engine.batch import BatchDecoder, BatchResult
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
@@ -92,3 +92,40 @@ def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
         assert stats[b].tokens == result.tokens[b] and stats[b].steps == result.steps[b]
         single = Decoder(target, make[method](), max_new_tokens=NEW).generate(prompt).summary
         assert stats[b].tokens == single.token_ids and stats[b].tau == pytest.approx(single.mean_accepted_length)
+
+
+@pytest.mark.parametrize("method", ["vanilla", "medusa"])
+def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
+    """Vanilla and Medusa batch their model calls across rows (one draft forward per depth, one heads call per
+    step, for every row): each row's drafts equal the ones it makes drafting alone, with far fewer calls."""
+    from engine.drafters.base import RowByRow
+
+    target, make, _ = setup
+    prompts = PROMPTS[:5]
+    model = make[method]().model if method == "vanilla" else make[method]().heads
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+
+    def drafts_of(decoder):
+        out = {}
+        for item in decoder.stream(prompts):
+            if isinstance(item, BatchResult):
+                break
+            row, ev = item
+            out.setdefault(row, []).append((ev.draft_tokens, ev.draft_parents))
+        return out
+
+    try:
+        batched = drafts_of(BatchDecoder(target, make[method], max_new_tokens=NEW))
+        batched_calls, calls[:] = len(calls), []
+        alone_cls = type(make[method]())
+        original = alone_cls.batch_drafting
+        alone_cls.batch_drafting = classmethod(lambda cls, ds: RowByRow(ds))
+        try:
+            alone = drafts_of(BatchDecoder(target, make[method], max_new_tokens=NEW))
+        finally:
+            alone_cls.batch_drafting = original
+    finally:
+        hook.remove()
+    assert batched == alone
+    assert batched_calls * 2 < len(calls), (batched_calls, len(calls))  # five rows: at least halved

@@ -62,7 +62,7 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
         assert sweep["rows"][b]["ar"]["speedup"] == 1.0
         for m, r in sweep["rows"][b].items():
             # the parts explain the cell: speedup ~ tau / (draft + verify), in plain steps at this batch size
-            assert r["width"] >= 1 and r["draft_steps"] >= 0 and r["verify_steps"] > 0
+            assert r["width"] >= 1 and r["draft_steps"] >= 0 and r["verify_steps"] > 0 and 0 < r["active_rows"] <= b
             parts = r["tau"] / (r["draft_steps"] + r["verify_steps"])
             assert parts == pytest.approx(r["speedup"], rel=0.35), (b, m, r)
     assert sweep["rows"][1]["lookahead"]["width"] > 1  # the window rides in the verification forward
@@ -80,11 +80,11 @@ def test_sweep_prediction_finds_the_crossover():
     where a 4-token forward costs 1 plain step at B=1 but 3 at B=4, a tau-2 method crosses 1x at B=4."""
     from engine.bench.sweep import predict
 
-    cell = {"tau": 2.0, "draft_ms_per_step": 2.0, "width": 4.0, "speedup": 1.5}
+    cell = {"tau": 2.0, "draft_ms_per_step": 2.0, "width": 4.0}
     sweep = {
         "batch_sizes": [1, 2, 4],
         "methods": ["ar", "m"],
-        "rows": {b: {"ar": {}, "m": dict(cell, speedup=s)} for b, s in ((1, 1.5), (2, 1.1), (4, 0.7))},
+        "rows": {b: {"ar": {}, "m": dict(cell, speedup=s, active_rows=b)} for b, s in ((1, 1.5), (2, 1.1), (4, 0.7))},
     }
     grid = {1: {1: 0.010, 8: 0.010}, 2: {1: 0.012, 8: 0.020}, 4: {1: 0.015, 8: 0.065}}
     pred = predict(sweep, grid)["m"]

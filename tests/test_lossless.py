@@ -111,3 +111,22 @@ def test_events_without_details_carry_no_probabilities_and_the_same_tokens():
     assert lean.tokens == full.tokens
     assert all(e.target_probs == [] and e.target_top == [] for e in lean.events)
     assert all(len(e.target_probs) == len(e.tokens) for e in full.events)
+
+
+def test_top_tokens_are_kept_for_the_rows_that_emitted_a_token():
+    """Tooltips and the inspector read the target's top tokens at the rows that emitted a token; the other rows of a
+    wide tree are not softmaxed (that was most of the per-step cost). Greedy: each emitted token is its row's top."""
+    from engine.decoder import Decoder
+    from engine.drafters.lookahead import LookaheadDrafter
+    from tests.conftest import tiny_model
+
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    loopy = [5, 9, 14, 5, 9, 14, 22, 5, 9, 31, 14, 22, 5]
+    res = Decoder(target, LookaheadDrafter(4, 3, 4), max_new_tokens=NEW).generate(loopy)
+    wide = [e for e in res.events[1:] if len(e.draft_tokens) > len(e.accepted_nodes)]
+    assert wide  # steps with rejected nodes: rows that emitted nothing
+    for e in res.events[1:]:
+        rows = [0] + [a + 1 for a in e.accepted_nodes]
+        assert [r for r, top in enumerate(e.target_top) if top] == rows[: len(e.tokens)]
+        for r, tok, p in zip(rows, e.tokens, e.target_probs):
+            assert e.target_top[r][0][0] == tok and abs(e.target_top[r][0][1] - p) < 1e-6

@@ -89,6 +89,7 @@ def run_sweep(
                 "draft_ms_per_step": round(draft_s / batched_steps * 1e3, 3),
                 "verify_ms_per_step": round(verify_s / batched_steps * 1e3, 3),
                 "width": round(width / batched_steps, 2),  # tokens per row in one verification forward
+                "active_rows": round(steps / batched_steps, 2),  # rows still decoding (and drafting) per step
                 "matched_rows": sum(x == y for x, y in zip(out, base_tokens)),
                 "rows": len(out),
             }
@@ -119,8 +120,9 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
     """Per method: the predicted speedup at every batch size and the predicted crossover (the smallest B predicted
     at or under 1x; None: never within the sweep), beside the measured ones. Inputs: the smallest batch's cell (tau,
     draft milliseconds per step), each cell's forward width (a property of the drafts, not of speed) and `grid`, the
-    measured forward seconds over (B, k). Drafting is row by row, so it is taken to cost B / B0 times its time at
-    the smallest batch B0; verification costs grid(B, width) / grid(B, 1) plain steps."""
+    measured forward seconds over (B, k). Drafting is row by row, so it is taken to cost its time at the smallest
+    batch B0 times the ratio of rows still decoding per step (a shape of the run, like the width, not a speed);
+    verification, over every row, costs grid(B, width) / grid(B, 1) plain steps."""
     sizes = [b for b in sweep["batch_sizes"] if b in grid]
     if not sizes:
         return {}
@@ -136,7 +138,8 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
             ks = sorted(grid[b])
             cost = lambda k, b=b, ks=ks: float(np.interp(k, ks, [grid[b][x] for x in ks]))  # noqa: E731
             plain = cost(1)
-            draft = first["draft_ms_per_step"] / 1e3 * b / b0 / plain
+            rows_ratio = rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
+            draft = first["draft_ms_per_step"] / 1e3 * rows_ratio / plain
             verify = cost(rows[b][m]["width"]) / plain
             per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
         out[m] = {

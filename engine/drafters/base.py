@@ -29,6 +29,16 @@ class DecodeState:
     side_logits: torch.Tensor | None = None
 
 
+class RowByRow:
+    """How a batch drafts when its drafter offers nothing better: each row's drafter proposes on its own."""
+
+    def __init__(self, drafters: list[Drafter]) -> None:
+        self.drafters = drafters
+
+    def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
+        return [d.propose(s, m) if a else Draft() for d, s, m, a in zip(self.drafters, states, max_tokens, active)]
+
+
 class Drafter:
     """Base drafter: proposes nothing, which is plain autoregressive decoding."""
 
@@ -57,6 +67,12 @@ class Drafter:
 
     def reset(self) -> None:
         """Forget everything from the previous run."""
+
+    @classmethod
+    def batch_drafting(cls, drafters: list[Drafter]) -> RowByRow:
+        """What drafts for a batch of these drafters (one per row, engine/batch.py): row by row, unless a drafter
+        batches its model calls across rows (one call per depth for every row). Rows must stay exact alone."""
+        return RowByRow(drafters)
 
     def settings(self) -> dict:
         return {}

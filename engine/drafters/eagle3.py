@@ -41,20 +41,19 @@ class Eagle3Drafter(EagleDrafter):
         ids = head.target_ids().cpu()
         self.draft_index = torch.full((len(head.t2d),), -1, dtype=torch.long)  # target id -> draft id, or -1
         self.draft_index[ids] = torch.arange(len(ids))
+        self._draft_id = self.draft_index.tolist()  # the same as a Python list: read per node, every step
 
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         draft = super().propose(state, max_tokens)
         if draft.tokens:  # for the step inspector: each node's id in the head's own vocabulary
-            draft.meta["draft_ids"] = self.draft_index[draft.tokens].tolist()
+            draft.meta["draft_ids"] = [self._draft_id[t] for t in draft.tokens]
             draft.meta["draft_vocab"] = len(self.head.d2t)
         return draft
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         super().update(state, draft, accepted)
         own = state.tokens[-1]  # the target's token after the accepted path: could the head have drafted it?
-        draft.meta["target_token_in_draft_vocab"] = bool(
-            0 <= own < len(self.draft_index) and self.draft_index[own] >= 0
-        )
+        draft.meta["target_token_in_draft_vocab"] = 0 <= own < len(self._draft_id) and self._draft_id[own] >= 0
 
     def features(self, target_out) -> torch.Tensor:
         """[S, 3H]: the captured inputs of the three feature layers, concatenated (fc fuses them in the head)."""

@@ -138,13 +138,22 @@ class MedusaDrafter(Drafter):
             return Draft()
         logits = self.heads(self.hidden)  # [K, V]
         k = min(self.topk, logits.shape[-1])
-        top = logits.float().topk(k, dim=-1).indices.tolist()  # [K, k]
+        return self.tree_from(logits.float().topk(k, dim=-1).indices.tolist(), max_tokens)
+
+    def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:
+        """The draft tree from each head's top candidates `top` [K, k] (ids), no path deeper than max_tokens."""
+        k = len(top[0])
         keep = [i for i, p in enumerate(self.paths) if len(p) <= max_tokens and p[-1] < k]
         remap = {old: new for new, old in enumerate(keep)}
         tokens = [top[len(self.paths[i]) - 1][self.paths[i][-1]] for i in keep]
         parents = [remap.get(self.parents[i], -1) for i in keep]
         typical = self.typical if self.acceptance == "typical" else None
         return Draft(tokens, parents, meta={"rule": "typical"} if typical else {}, typical=typical)
+
+    @classmethod
+    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedHeads:
+        """One heads call and one top-k for every row of a batch."""
+        return BatchedHeads(drafters)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
@@ -156,6 +165,27 @@ class MedusaDrafter(Drafter):
             "heads": self.heads.num_heads,
             "acceptance": self.acceptance,
         }
+
+
+class BatchedHeads:
+    """Medusa for a batch: the heads read every drafting row's last hidden state in one call."""
+
+    def __init__(self, drafters: list[MedusaDrafter]) -> None:
+        self.rows = drafters
+
+    @torch.no_grad()
+    def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
+        drafts = [Draft() for _ in self.rows]
+        live = [b for b, d in enumerate(self.rows) if active[b] and d.hidden is not None and max_tokens[b] >= 1]
+        if not live:
+            return drafts
+        first = self.rows[live[0]]
+        logits = first.heads(torch.stack([self.rows[b].hidden for b in live]))  # [K, rows, V]
+        top = logits.float().topk(min(first.topk, logits.shape[-1]), dim=-1).indices  # [K, rows, k]
+        top = top.transpose(0, 1).tolist()  # [rows, K, k], to the host once
+        for j, b in enumerate(live):
+            drafts[b] = self.rows[b].tree_from(top[j], max_tokens[b])
+        return drafts
 
 
 @dataclass

@@ -19,6 +19,7 @@ import torch
 from engine.cache import cache_length, check_window, crop, new_cache
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.drafters.vanilla_batch import BatchedChains
 from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft
@@ -117,6 +118,11 @@ class VanillaDrafter(Drafter):
                 self.gamma = min(self.max_gamma, self.gamma + 2)
             else:
                 self.gamma = max(1, self.gamma - 1)
+
+    @classmethod
+    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedChains:
+        """One draft-model forward per depth for every row of a batch (engine/drafters/vanilla_batch.py)."""
+        return BatchedChains(drafters)
 
     def settings(self) -> dict:
         return {"gamma": self.initial_gamma, "adaptive": self.adaptive, "confidence": self.confidence}

@@ -1,0 +1,114 @@
+"""Vanilla drafting for a whole batch: one draft-model forward per drafting depth for every row, instead of one per
+row and depth.
+
+Rows feed different numbers of tokens (each catches up on what it has not seen: one token, or several after a long
+acceptance), so one batched draft cache holds every row's entries at different columns. Each row's columns are
+tracked; a forward's mask lets a row see its own columns only, and before each step the cache is packed so that
+row b's seen tokens sit at columns 0..seen_b - 1 (a per-row gather, as the target's cache in engine/batch.py).
+Each row keeps its own VanillaDrafter (gamma, confidence, generator), so rows draft exactly as they would alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.cache import cache_length, gather_rows, new_cache
+from engine.drafters.base import DecodeState
+from engine.sampling import logits_to_probs, sample
+from engine.tree import Draft, additive_mask
+
+
+class BatchedChains:
+    """Drafts a chain for every active row of a batch, one draft forward per depth for all of them."""
+
+    def __init__(self, drafters: list) -> None:
+        """`drafters`: one VanillaDrafter per row, all over the same draft model."""
+        self.rows = drafters
+        self.model = drafters[0].model
+        self.device = drafters[0].device
+        self.dtype = next(self.model.parameters()).dtype
+        self.cache = new_cache(self.model.config)
+        self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
+
+    def _pack(self) -> None:
+        """Move each row's seen entries to columns 0..seen_b - 1 (the rest of a row is padding nobody sees)."""
+        longest = max(map(len, self.cols))
+        if cache_length(self.cache) == longest and all(c == list(range(len(c))) for c in self.cols):
+            return
+        index = torch.tensor([c + [0] * (longest - len(c)) for c in self.cols])  # [B, longest]
+        gather_rows(self.cache, index)
+        self.cols = [list(range(len(c))) for c in self.cols]
+
+    def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
+        """Feed row b the tokens `feeds[b]` after its seen ones; the logits [B, V] after each row's last fed token
+        (meaningless for a row fed nothing)."""
+        B, S = len(feeds), max(1, max(map(len, feeds)))
+        width = cache_length(self.cache)
+        ids = torch.zeros(B, S, dtype=torch.long)
+        visible = torch.zeros(B, S, width + S, dtype=torch.bool)
+        positions = torch.zeros(B, S, dtype=torch.long)
+        causal = torch.ones(S, S, dtype=torch.bool).tril()
+        for b, feed in enumerate(feeds):
+            n, seen = len(feed), len(self.cols[b])
+            if n:
+                ids[b, :n] = torch.tensor(feed)
+                visible[b, :n, width : width + n] = causal[:n, :n]
+            visible[b, :n, self.cols[b]] = True
+            visible[b, n:, width + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
+            positions[b, :n] = torch.arange(seen, seen + n)
+            positions[b, n:] = seen
+            self.cols[b] += range(width, width + n)
+        out = self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, width + S]
+            position_ids=positions.to(self.device),
+            cache=self.cache,
+            use_cache=True,
+        )
+        last = torch.tensor([max(len(f), 1) - 1 for f in feeds], device=out.logits.device)
+        return out.logits[torch.arange(B, device=last.device), last]  # [B, V]
+
+    @torch.no_grad()
+    def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
+        rows = self.rows
+        want = [min(d.gamma, m) if a else 0 for d, m, a in zip(rows, max_tokens, active)]
+        feeds: list[list[int]] = []
+        for b, (d, state) in enumerate(zip(rows, states)):
+            if not want[b]:
+                feeds.append([])
+                continue
+            keep, limit = 0, min(len(d.seen), len(state.tokens) - 1)
+            while keep < limit and d.seen[keep] == state.tokens[keep]:
+                keep += 1
+            d.seen, self.cols[b] = d.seen[:keep], self.cols[b][:keep]
+            feeds.append(state.tokens[keep:])
+        if not any(want):
+            return [Draft() for _ in rows]
+        self._pack()
+        tokens: list[list[int]] = [[] for _ in rows]
+        qs: list[list[torch.Tensor]] = [[] for _ in rows]
+        live = [w > 0 for w in want]
+        while True:
+            for b, feed in enumerate(feeds):
+                rows[b].seen.extend(feed)
+            logits = self._forward(feeds)  # [B, V]
+            feeds = [[] for _ in rows]
+            for b, d in enumerate(rows):
+                if not live[b]:
+                    continue
+                sampling = states[b].sampling
+                q = d._pad(logits_to_probs(logits[b], sampling))  # [V]
+                x = int(q.argmax()) if sampling.greedy else sample(q, states[b].generator)
+                tokens[b].append(x)
+                qs[b].append(q)
+                doubt = d.confidence and float(torch.softmax(logits[b].float(), -1)[x]) < d.confidence
+                if doubt or len(tokens[b]) == want[b]:
+                    live[b] = False
+                else:
+                    feeds[b] = [x]
+            if not any(live):
+                break
+        return [
+            Draft.chain(t, None if states[b].sampling.greedy or not t else torch.stack(qs[b])) if t else Draft()
+            for b, t in enumerate(tokens)
+        ]
