@@ -94,15 +94,17 @@ def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
         assert stats[b].tokens == single.token_ids and stats[b].tau == pytest.approx(single.mean_accepted_length)
 
 
-@pytest.mark.parametrize("method", ["vanilla", "medusa"])
+@pytest.mark.parametrize("method", ["vanilla", "medusa", "eagle"])
 def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
-    """Vanilla and Medusa batch their model calls across rows (one draft forward per depth, one heads call per
-    step, for every row): each row's drafts equal the ones it makes drafting alone, with far fewer calls."""
+    """Vanilla, Medusa and EAGLE batch their model calls across rows (one draft forward per depth, one heads call
+    per step, one head forward per depth, for every row): each row's drafts equal the ones it makes drafting
+    alone, with far fewer calls."""
     from engine.drafters.base import RowByRow
 
     target, make, _ = setup
     prompts = PROMPTS[:5]
-    model = make[method]().model if method == "vanilla" else make[method]().heads
+    model = {"vanilla": "model", "medusa": "heads", "eagle": "head"}[method]
+    model = getattr(make[method](), model)
     calls = []
     hook = model.register_forward_hook(lambda *_: calls.append(1))
 

@@ -18,6 +18,7 @@ import torch
 
 from engine.cache import cache_length, crop
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.eagle_batch import BatchedTrees
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
@@ -128,6 +129,11 @@ class EagleDrafter(Drafter):
         )
         return out[0]  # [m, H]
 
+    def top_lists(self, logits: torch.Tensor, k: int) -> list[tuple[list, list]]:
+        """Per row of logits [m, V]: the top-k token ids (target ids) and log-probs, in one top-k and one copy each."""
+        top = torch.log_softmax(logits.float(), -1).topk(k, dim=-1)
+        return list(zip(self.token_ids(top.indices).tolist(), top.values.tolist()))
+
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.pending is None or max_tokens < 1:
@@ -137,97 +143,27 @@ class EagleDrafter(Drafter):
         toks, feats = self.pending
         m = len(toks)
         out = self._feed(
-            toks,
-            feats.to(dtype),
-            list(range(base, base + m)),
-            self._mask(base, None, m, dtype, feats.device),
+            toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
         )
         self.pending = None
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
-
-        tokens: list[int] = []
-        parents: list[int] = []
-        scores: list[float] = []
-        in_feat: list[torch.Tensor] = []  # feature each node is fed with: its parent's predicted feature
-        slot: dict[int, int] = {}  # node -> index among fed draft entries
-        ancestors: dict[int, list[int]] = {}
-        paths: dict[int, tuple] = {}
-        depth_cap = min(self.levels, max_tokens)
-        fed = 0
-
-        def add_children(parent: int, feat: torch.Tensor, top: tuple[list, list], base_score: float, ranks) -> list:
-            """Children of `parent` at the given ranks of its top candidates (ids, log-probs as Python lists)."""
-            ids, logps = top
-            new = []
-            for r in ranks:
-                tokens.append(ids[r])
-                parents.append(parent)
-                scores.append(base_score + logps[r])
-                in_feat.append(feat)
-                node = len(tokens) - 1
-                paths[node] = (paths[parent] if parent >= 0 else ()) + (r,)
-                new.append(node)
-            return new
-
-        def top_lists(logits: torch.Tensor, k: int) -> list[tuple[list, list]]:
-            """Per row of logits [m, V]: the top-k token ids and log-probs, in one topk and one copy to Python."""
-            top = torch.log_softmax(logits.float(), -1).topk(k, dim=-1)
-            return list(zip(self.token_ids(top.indices).tolist(), top.values.tolist()))
-
-        k_root = self.top_k if self.dynamic else max(p[0] for p in self.paths) + 1
-        k_child = self.top_k if self.dynamic else max(p[-1] for p in self.paths) + 1
-        (root_top,) = top_lists(self.head.logits(root_feat[None]), k_root)
-        if self.dynamic:
-            frontier = add_children(-1, root_feat, root_top, 0.0, range(self.top_k))
-        else:
-            frontier = add_children(-1, root_feat, root_top, 0.0, sorted({p[0] for p in self.paths if len(p) == 1}))
-        for d in range(2, depth_cap + 1):
-            if not self.dynamic:
-                frontier = [n for n in frontier if any(len(p) == d and p[:-1] == paths[n] for p in self.paths)]
-            if not frontier:
-                break
-            anc = []
-            for n in frontier:
-                chain_of = ancestors.get(parents[n], []) + ([slot[parents[n]]] if parents[n] >= 0 else [])
-                ancestors[n] = chain_of
-                anc.append(chain_of)
-            mask = self._mask(committed, anc, fed, dtype, root_feat.device)
-            positions = [committed - 1 + (d - 1)] * len(frontier)
-            outs = self._feed(
-                [tokens[n] for n in frontier], torch.stack([in_feat[n] for n in frontier]), positions, mask
-            )
-            for i, n in enumerate(frontier):
-                slot[n] = fed + i
-            fed += len(frontier)
-            tops = top_lists(self.head.logits(outs), k_child)  # one LM-head call for the whole frontier
-            children = []
-            for i, n in enumerate(frontier):
-                if self.dynamic:
-                    ranks = range(self.top_k)
-                else:
-                    ranks = sorted({p[-1] for p in self.paths if len(p) == d and p[:-1] == paths[n]})
-                children += add_children(n, outs[i], tops[i], scores[n], ranks)
-            if self.dynamic:  # the next frontier: the best top_k of this depth by cumulative log-probability
-                children = sorted(children, key=lambda c: -scores[c])[: self.top_k]
-            frontier = children
+        tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))
+        (root_top,) = self.top_lists(self.head.logits(root_feat[None]), tree.k_root)
+        tree.start(root_top)
+        while (step := tree.next_inputs()) is not None:
+            tokens, in_feats, ancestors = step
+            mask = self._mask(committed, ancestors, tree.fed, dtype, root_feat.device)
+            positions = [committed - 1 + tree.depth - 1] * len(tokens)
+            outs = self._feed(tokens, in_feats, positions, mask)
+            tree.absorb(outs, self.top_lists(self.head.logits(outs), tree.k_child))  # one LM-head call per depth
         self._drop_drafts(committed)
+        return tree.draft()
 
-        budget = min(self.total if self.dynamic else len(tokens), len(tokens))  # max_tokens capped the depth
-        chosen = (
-            set(sorted(range(len(tokens)), key=lambda c: -scores[c])[:budget])
-            if self.dynamic
-            else set(range(len(tokens)))
-        )
-        for c in list(chosen):  # keep every chosen node's ancestors
-            p = parents[c]
-            while p >= 0:
-                chosen.add(p)
-                p = parents[p]
-        order = sorted(chosen, key=lambda c: (len(paths[c]), -scores[c]))[: max(budget, 1)]
-        order = [c for c in order if parents[c] < 0 or parents[c] in order]
-        index = {c: i for i, c in enumerate(order)}
-        return Draft([tokens[c] for c in order], [index[parents[c]] if parents[c] >= 0 else -1 for c in order])
+    @classmethod
+    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedTrees:
+        """One head forward and one LM-head call per depth for every row of a batch (eagle_batch.py)."""
+        return BatchedTrees(drafters, GrowingTree)
 
     def settings(self) -> dict:
         if self.dynamic:
@@ -240,6 +176,103 @@ class EagleDrafter(Drafter):
                 "draft_nodes": self.total,
             }
         return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth, "levels": self.levels}
+
+
+class GrowingTree:
+    """One row's draft tree while it grows: EAGLE-2's confidence-ranked expansion (or EAGLE-1's fixed paths), apart
+    from the head calls, so one row (EagleDrafter.propose) and a batch (eagle_batch.py) grow trees alike."""
+
+    def __init__(self, drafter: EagleDrafter, root_feat: torch.Tensor, depth_cap: int) -> None:
+        self.d = drafter
+        self.root_feat = root_feat
+        self.depth_cap = depth_cap
+        self.tokens: list[int] = []
+        self.parents: list[int] = []
+        self.scores: list[float] = []
+        self.in_feat: list[torch.Tensor] = []  # feature each node is fed with: its parent's predicted feature
+        self.slot: dict[int, int] = {}  # node -> index among fed draft entries
+        self.ancestors: dict[int, list[int]] = {}
+        self.paths: dict[int, tuple] = {}
+        self.frontier: list[int] = []
+        self.fed = 0  # draft entries fed to the head so far
+        self.depth = 1  # depth of the frontier
+        paths = drafter.paths
+        self.k_root = drafter.top_k if drafter.dynamic else max(p[0] for p in paths) + 1
+        self.k_child = drafter.top_k if drafter.dynamic else max(p[-1] for p in paths) + 1
+
+    def _add_children(self, parent: int, feat: torch.Tensor, top: tuple[list, list], base: float, ranks) -> list:
+        """Children of `parent` at the given ranks of its top candidates (ids, log-probs as Python lists)."""
+        ids, logps = top
+        new = []
+        for r in ranks:
+            self.tokens.append(ids[r])
+            self.parents.append(parent)
+            self.scores.append(base + logps[r])
+            self.in_feat.append(feat)
+            node = len(self.tokens) - 1
+            self.paths[node] = (self.paths[parent] if parent >= 0 else ()) + (r,)
+            new.append(node)
+        return new
+
+    def start(self, root_top: tuple[list, list]) -> None:
+        d = self.d
+        ranks = range(d.top_k) if d.dynamic else sorted({p[0] for p in d.paths if len(p) == 1})
+        self.frontier = self._add_children(-1, self.root_feat, root_top, 0.0, ranks)
+
+    def next_inputs(self) -> tuple[list[int], torch.Tensor, list[list[int]]] | None:
+        """The next depth's head inputs (tokens, features [f, H], each node's ancestor slots), None when done."""
+        if self.depth >= self.depth_cap:
+            return None
+        self.depth += 1
+        d = self.d
+        if not d.dynamic:
+            self.frontier = [
+                n for n in self.frontier if any(len(p) == self.depth and p[:-1] == self.paths[n] for p in d.paths)
+            ]
+        if not self.frontier:
+            return None
+        anc = []
+        for n in self.frontier:
+            parent = self.parents[n]
+            self.ancestors[n] = self.ancestors.get(parent, []) + ([self.slot[parent]] if parent >= 0 else [])
+            anc.append(self.ancestors[n])
+        feats = torch.stack([self.in_feat[n] for n in self.frontier])  # [f, H]
+        return [self.tokens[n] for n in self.frontier], feats, anc
+
+    def absorb(self, outs: torch.Tensor, tops: list[tuple[list, list]]) -> None:
+        """The head's outputs [f, H] for the frontier and their top candidates: grow one depth."""
+        d = self.d
+        for i, n in enumerate(self.frontier):
+            self.slot[n] = self.fed + i
+        self.fed += len(self.frontier)
+        children = []
+        for i, n in enumerate(self.frontier):
+            if d.dynamic:
+                ranks = range(d.top_k)
+            else:
+                ranks = sorted({p[-1] for p in d.paths if len(p) == self.depth and p[:-1] == self.paths[n]})
+            children += self._add_children(n, outs[i], tops[i], self.scores[n], ranks)
+        if d.dynamic:  # the next frontier: the best top_k of this depth by cumulative log-probability
+            children = sorted(children, key=lambda c: -self.scores[c])[: d.top_k]
+        self.frontier = children
+
+    def draft(self) -> Draft:
+        """The nodes to verify: EAGLE-2's best `total - 1` by cumulative log-probability with their ancestors, or
+        EAGLE-1's whole tree, in breadth order."""
+        d, tokens, parents, scores, paths = self.d, self.tokens, self.parents, self.scores, self.paths
+        budget = min(d.total if d.dynamic else len(tokens), len(tokens))  # max_tokens capped the depth
+        chosen = (
+            set(sorted(range(len(tokens)), key=lambda c: -scores[c])[:budget]) if d.dynamic else set(range(len(tokens)))
+        )
+        for c in list(chosen):  # keep every chosen node's ancestors
+            p = parents[c]
+            while p >= 0:
+                chosen.add(p)
+                p = parents[p]
+        order = sorted(chosen, key=lambda c: (len(paths[c]), -scores[c]))[: max(budget, 1)]
+        order = [c for c in order if parents[c] < 0 or parents[c] in order]
+        index = {c: i for i, c in enumerate(order)}
+        return Draft([tokens[c] for c in order], [index[parents[c]] if parents[c] >= 0 else -1 for c in order])
 
 
 @dataclass

@@ -1,0 +1,116 @@
+"""EAGLE drafting for a whole batch: one head forward and one LM-head call per depth for every row's frontier,
+instead of one per row and depth.
+
+Each row keeps its own EagleDrafter (its pending (token, feature) pairs, its settings) and grows its own tree
+(`GrowingTree`), so every row drafts the tree it would draft alone. The rows share one batched head cache: a row's
+committed pairs and its draft entries sit at columns that are tracked per row, a forward's mask lets each new entry
+see its row's committed pairs, its own ancestors and itself, and before each step the cache is packed to each
+row's committed pairs (a per-row gather, as the target's cache in engine/batch.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.cache import cache_length, gather_rows
+from engine.drafters.base import DecodeState
+from engine.tree import Draft, additive_mask
+
+
+class BatchedTrees:
+    """Grows every drafting row's EAGLE tree with one head call per depth for all of them."""
+
+    def __init__(self, drafters: list, grow: type) -> None:
+        """`drafters`: one EagleDrafter per row, all over the same head; `grow`: the tree class (GrowingTree)."""
+        self.grow = grow
+        self.rows = drafters
+        self.head = drafters[0].head
+        self.dtype = next(self.head.parameters()).dtype
+        self.cache = self.head.new_cache()
+        self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
+
+    def _pack(self) -> None:
+        longest = max(map(len, self.cols))
+        if cache_length(self.cache) == longest and all(c == list(range(len(c))) for c in self.cols):
+            return
+        gather_rows(self.cache, torch.tensor([c + [0] * (longest - len(c)) for c in self.cols]))  # [B, longest]
+        self.cols = [list(range(len(c))) for c in self.cols]
+
+    def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[list[int]]]]) -> dict:
+        """One head forward. feeds[b] = (tokens, features [n, H], positions, columns each new entry may see besides
+        itself). Returns {b: (outputs [n, H], the columns the new entries took)}."""
+        B, S = len(self.rows), max(len(f[0]) for f in feeds.values())
+        width = cache_length(self.cache)
+        hidden = next(iter(feeds.values()))[1].shape[-1]
+        ids = torch.zeros(B, S, dtype=torch.long)
+        feats = torch.zeros(B, S, hidden, dtype=self.dtype)
+        positions = torch.zeros(B, S, dtype=torch.long)
+        visible = torch.zeros(B, S, width + S, dtype=torch.bool)
+        visible[:, torch.arange(S), width + torch.arange(S)] = True  # every entry sees itself (padding too)
+        for b, (tokens, f, pos, sees) in feeds.items():
+            n = len(tokens)
+            ids[b, :n] = torch.tensor(tokens)
+            feats[b, :n] = f.to(self.dtype)
+            positions[b, :n] = torch.tensor(pos)
+            for r, cols in enumerate(sees):
+                visible[b, r, cols] = True
+        device = next(self.head.parameters()).device
+        out = self.head(
+            ids.to(device),
+            feats.to(device),
+            positions.to(device),
+            self.cache,
+            additive_mask(visible, self.dtype, device),  # [B, 1, S, width + S]
+        )  # [B, S, H]
+        return {b: (out[b, : len(f[0])], list(range(width, width + len(f[0])))) for b, f in feeds.items()}
+
+    @torch.no_grad()
+    def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
+        rows = self.rows
+        drafts = [Draft() for _ in rows]
+        live = [b for b, d in enumerate(rows) if active[b] and d.pending is not None and max_tokens[b] >= 1]
+        if not live:
+            return drafts
+        self._pack()
+        feeds = {}
+        for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
+            toks, f = rows[b].pending
+            rows[b].pending = None
+            base, m = len(self.cols[b]), len(toks)
+            width = cache_length(self.cache)
+            own = self.cols[b] + [width + i for i in range(m)]
+            feeds[b] = (toks, f, list(range(base, base + m)), [own[: base + i] for i in range(m)])
+        outs = self._forward(feeds)
+        trees, committed = {}, {}
+        for b in live:
+            self.cols[b] += outs[b][1]
+            committed[b] = len(self.cols[b])
+            trees[b] = self.grow(rows[b], outs[b][0][-1], min(rows[b].levels, max_tokens[b]))
+        roots = torch.stack([trees[b].root_feat for b in live])  # [rows, H]
+        first = rows[live[0]]
+        for b, top in zip(live, first.top_lists(self.head.logits(roots), trees[live[0]].k_root)):
+            trees[b].start(top)
+        slots = {b: [] for b in live}  # row b's draft entries' columns, by slot
+        while True:
+            feeds = {}
+            for b in live:
+                step = trees[b].next_inputs()
+                if step is None:
+                    continue
+                tokens, f, ancestors = step
+                seen = [self.cols[b] + [slots[b][s] for s in anc] for anc in ancestors]
+                feeds[b] = (tokens, f, [committed[b] - 1 + trees[b].depth - 1] * len(tokens), seen)
+            if not feeds:
+                break
+            outs = self._forward(feeds)
+            together = torch.cat([outs[b][0] for b in feeds])  # [all frontier nodes, H]: one LM-head call
+            tops = first.top_lists(self.head.logits(together), trees[live[0]].k_child)
+            at = 0
+            for b in feeds:
+                out, cols = outs[b]
+                slots[b] += cols
+                trees[b].absorb(out, tops[at : at + len(cols)])
+                at += len(cols)
+        for b in live:
+            drafts[b] = trees[b].draft()
+        return drafts
