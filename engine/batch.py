@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from engine.cache import check_window, gather_rows, new_cache
-from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
 from engine.features import layer_inputs
@@ -49,6 +49,7 @@ class BatchResult:
     draft_seconds: float
     verify_seconds: float
     verify_width: int = 0  # tokens per row summed over verification forwards (each forward is B x its width)
+    batched_drafting: bool = False  # the drafter made one model call per depth for all rows (not one per row)
 
     @property
     def new_tokens(self) -> int:
@@ -229,4 +230,5 @@ class BatchDecoder:
             for b, step in outcomes.items():
                 yield b, step_event(run_ids[b], self.variant, steps[b], drafts[b], step, d_s, v_s, clock, len(new[b]))
         wall = prefill_s + draft_s + verify_s
-        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s, width)
+        batched = not isinstance(drafting, RowByRow)
+        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s, width, batched)

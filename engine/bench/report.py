@@ -105,8 +105,9 @@ def cost_table(cost: dict) -> str:
 
 SWEEP_LESSON = (
     "Speedup = tokens per step / (draft + verify time), both counted in plain decoding steps at the same batch size. "
-    "As the batch grows the target stops being memory bound, so verifying k tokens per row costs more plain steps "
-    "and row-by-row drafting costs B times as much: a method stops paying where that sum passes its tokens per step."
+    "As the batch grows the target stops being memory bound, so verifying k tokens per row costs more plain steps, "
+    "and drafting row by row costs B times as much (batched drafting, one call per depth, about the same): a method "
+    "stops paying where that sum passes its tokens per step."
 )
 
 

@@ -58,40 +58,40 @@ def run_sweep(
     pool = [encoded[i % len(encoded)] for i in range(size)]
     for b in batch_sizes:
         chunks = [pool[i : i + b] for i in range(0, size, b)]
-        rows[b] = {}
-        base_tokens: list = []
-        for m in methods:
-            tokens, wall, steps, emitted, forwards, out = 0, 0.0, 0, 0, 0, []
-            draft_s = verify_s = 0.0
-            width = 0
-            for chunk in chunks:
+        acc = {m: {"tokens": 0, "wall": 0.0, "steps": 0, "emitted": 0, "forwards": 0, "out": [], "draft": 0.0,
+                   "verify": 0.0, "width": 0, "batched": False} for m in methods}  # fmt: skip
+        for c, chunk in enumerate(chunks):  # methods interleaved per chunk, alternating order: drift hits all alike
+            for m in methods if c % 2 == 0 else methods[::-1]:
                 if cancel and cancel():
                     raise GlanceError("the sweep was cancelled")
-                res = decoder(m).generate(chunk)
-                tokens += res.new_tokens
-                wall += res.wall_seconds
-                steps += sum(res.steps)
-                emitted += res.new_tokens - len(chunk)
-                forwards += res.forwards
-                out += res.tokens
-                draft_s, verify_s, width = (
-                    draft_s + res.draft_seconds,
-                    verify_s + res.verify_seconds,
-                    width + res.verify_width,
-                )
-            batched_steps = max(forwards - len(chunks), 1)  # verification forwards (one prefill per chunk)
-            if m == "ar":
-                base_tokens = out
+                dec = decoder(m)
+                res = dec.generate(chunk)
+                a = acc[m]
+                a["tokens"] += res.new_tokens
+                a["wall"] += res.wall_seconds
+                a["steps"] += sum(res.steps)
+                a["emitted"] += res.new_tokens - len(chunk)
+                a["forwards"] += res.forwards
+                a["out"] += res.tokens
+                a["draft"] += res.draft_seconds
+                a["verify"] += res.verify_seconds
+                a["width"] += res.verify_width
+                a["batched"] = res.batched_drafting
+        rows[b] = {}
+        for m in methods:
+            a = acc[m]
+            batched_steps = max(a["forwards"] - len(chunks), 1)  # verification forwards (one prefill per chunk)
             rows[b][m] = {
-                "tokens_per_second": round(tokens / wall, 2) if wall else 0.0,
-                "tau": round(emitted / steps, 3) if steps else 0.0,
-                "forwards": forwards,
-                "draft_ms_per_step": round(draft_s / batched_steps * 1e3, 3),
-                "verify_ms_per_step": round(verify_s / batched_steps * 1e3, 3),
-                "width": round(width / batched_steps, 2),  # tokens per row in one verification forward
-                "active_rows": round(steps / batched_steps, 2),  # rows still decoding (and drafting) per step
-                "matched_rows": sum(x == y for x, y in zip(out, base_tokens)),
-                "rows": len(out),
+                "tokens_per_second": round(a["tokens"] / a["wall"], 2) if a["wall"] else 0.0,
+                "tau": round(a["emitted"] / a["steps"], 3) if a["steps"] else 0.0,
+                "forwards": a["forwards"],
+                "draft_ms_per_step": round(a["draft"] / batched_steps * 1e3, 3),
+                "verify_ms_per_step": round(a["verify"] / batched_steps * 1e3, 3),
+                "width": round(a["width"] / batched_steps, 2),  # tokens per row in one verification forward
+                "active_rows": round(a["steps"] / batched_steps, 2),  # rows still decoding (and drafting) per step
+                "batched_drafting": a["batched"],  # one draft call per depth for all rows (else one per row)
+                "matched_rows": sum(x == y for x, y in zip(a["out"], acc["ar"]["out"])),
+                "rows": len(a["out"]),
             }
             done += 1
             if progress:
@@ -120,9 +120,10 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
     """Per method: the predicted speedup at every batch size and the predicted crossover (the smallest B predicted
     at or under 1x; None: never within the sweep), beside the measured ones. Inputs: the smallest batch's cell (tau,
     draft milliseconds per step), each cell's forward width (a property of the drafts, not of speed) and `grid`, the
-    measured forward seconds over (B, k). Drafting is row by row, so it is taken to cost its time at the smallest
-    batch B0 times the ratio of rows still decoding per step (a shape of the run, like the width, not a speed);
-    verification, over every row, costs grid(B, width) / grid(B, 1) plain steps."""
+    measured forward seconds over (B, k). Drafting row by row is taken to cost its time at the smallest batch B0
+    times the ratio of rows still decoding per step (a shape of the run, like the width, not a speed); batched
+    drafting (one small-model call per depth for all rows, memory bound at these sizes) the same time as at B0.
+    Verification, over every row, costs grid(B, width) / grid(B, 1) plain steps."""
     sizes = [b for b in sweep["batch_sizes"] if b in grid]
     if not sizes:
         return {}
@@ -138,7 +139,11 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
             ks = sorted(grid[b])
             cost = lambda k, b=b, ks=ks: float(np.interp(k, ks, [grid[b][x] for x in ks]))  # noqa: E731
             plain = cost(1)
-            rows_ratio = rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
+            rows_ratio = (
+                1.0
+                if rows[b][m].get("batched_drafting")
+                else rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
+            )
             draft = first["draft_ms_per_step"] / 1e3 * rows_ratio / plain
             verify = cost(rows[b][m]["width"]) / plain
             per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
