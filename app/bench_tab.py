@@ -145,12 +145,13 @@ class BenchmarkTab(QWidget):
             for m in sw["methods"]:
                 if m == "ar":
                     continue
-                ys = [sw["rows"][b][m]["speedup"] for b in sw["batch_sizes"]]
+                ys = [(sw["rows"].get(b) or sw["rows"][str(b)])[m]["speedup"] for b in sw["batch_sizes"]]  # JSON: str
                 self.plot.plot(
                     sw["batch_sizes"], ys, pen=pg.mkPen(variant_color(m), width=2), symbol="o", name=LABELS.get(m, m)
                 )
                 pred = sw.get("predictions", {}).get(m, {}).get("predicted_speedup", {})
-                xs = [b for b in sw["batch_sizes"] if pred.get(b) is not None]
+                pred = {int(b): v for b, v in pred.items() if v is not None}
+                xs = [b for b in sw["batch_sizes"] if b in pred]
                 if xs:  # the cost model's forecast, dashed in the method's colour
                     dashed = pg.mkPen(variant_color(m), width=1, style=pg.QtCore.Qt.PenStyle.DashLine)
                     self.plot.plot(xs, [pred[b] for b in xs], pen=dashed)
