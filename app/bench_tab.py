@@ -3,6 +3,7 @@ speedup chart, export results.json, the Markdown table and PNG charts. The run i
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -140,14 +141,22 @@ class BenchmarkTab(QWidget):
             self.mode.setCurrentText("batch sweep")  # the controls show what produced the results
             self.batch_sizes.setText(",".join(str(b) for b in sw["batch_sizes"]))
             self.plot.getAxis("left").setTicks(None)
-            self.plot.setLabel("bottom", "batch size")
+            self.plot.setLogMode(x=True, y=False)  # batch sizes double: equal steps on the axis
+            self.plot.getAxis("bottom").setTicks([[(math.log10(b), str(b)) for b in sw["batch_sizes"]]])
+            self.plot.setLabel("bottom", "batch size (log scale; dashed: predicted)")
             self.plot.setLabel("left", "speedup over batched plain decoding")
             for m in sw["methods"]:
                 if m == "ar":
                     continue
                 ys = [(sw["rows"].get(b) or sw["rows"][str(b)])[m]["speedup"] for b in sw["batch_sizes"]]  # JSON: str
                 self.plot.plot(
-                    sw["batch_sizes"], ys, pen=pg.mkPen(variant_color(m), width=2), symbol="o", name=LABELS.get(m, m)
+                    sw["batch_sizes"],
+                    ys,
+                    pen=pg.mkPen(variant_color(m), width=2),
+                    symbol="o",
+                    symbolBrush=variant_color(m),
+                    symbolPen=None,
+                    name=LABELS.get(m, m),
                 )
                 pred = sw.get("predictions", {}).get(m, {}).get("predicted_speedup", {})
                 pred = {int(b): v for b, v in pred.items() if v is not None}
@@ -158,6 +167,7 @@ class BenchmarkTab(QWidget):
             self.plot.addLine(y=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
         elif "suite" in results:
             self.mode.setCurrentText("prompt suite")
+            self.plot.setLogMode(x=False, y=False)
             methods = [m for m, r in results["suite"]["methods"].items() if r.get("speedup") is not None]
             # Horizontal bars: the method names sit one per row on the left axis and never overlap.
             self.plot.setLabel("bottom", "speedup over plain decoding")
