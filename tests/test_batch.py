@@ -94,40 +94,47 @@ def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
         assert stats[b].tokens == single.token_ids and stats[b].tau == pytest.approx(single.mean_accepted_length)
 
 
+def batched_and_alone(target, make, prompts, model):
+    """Each row's drafts (tokens, parents, meta) and the calls of `model`, drafting batched and row by row."""
+    from engine.drafters.base import RowByRow
+
+    calls = []
+    hook = model.register_forward_hook(lambda *_: calls.append(1))
+
+    def drafts_of():
+        out = {}
+        for item in BatchDecoder(target, make, max_new_tokens=NEW).stream(prompts):
+            if isinstance(item, BatchResult):
+                break
+            row, ev = item
+            out.setdefault(row, []).append((ev.draft_tokens, ev.draft_parents, ev.extra.get("draft_ids")))
+        return out
+
+    try:
+        batched = drafts_of()
+        batched_calls, calls[:] = len(calls), []
+        cls = type(make())
+        own = cls.__dict__.get("batch_drafting")  # the class's own (batched) one, or None when it inherits it
+        cls.batch_drafting = classmethod(lambda c, ds: RowByRow(ds))
+        try:
+            alone = drafts_of()
+        finally:
+            if own is None:
+                del cls.batch_drafting
+            else:
+                cls.batch_drafting = own
+    finally:
+        hook.remove()
+    return batched, alone, batched_calls, len(calls)
+
+
 @pytest.mark.parametrize("method", ["vanilla", "medusa", "eagle"])
 def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
     """Vanilla, Medusa and EAGLE batch their model calls across rows (one draft forward per depth, one heads call
     per step, one head forward per depth, for every row): each row's drafts equal the ones it makes drafting
     alone, with far fewer calls."""
-    from engine.drafters.base import RowByRow
-
     target, make, _ = setup
-    prompts = PROMPTS[:5]
-    model = {"vanilla": "model", "medusa": "heads", "eagle": "head"}[method]
-    model = getattr(make[method](), model)
-    calls = []
-    hook = model.register_forward_hook(lambda *_: calls.append(1))
-
-    def drafts_of(decoder):
-        out = {}
-        for item in decoder.stream(prompts):
-            if isinstance(item, BatchResult):
-                break
-            row, ev = item
-            out.setdefault(row, []).append((ev.draft_tokens, ev.draft_parents))
-        return out
-
-    try:
-        batched = drafts_of(BatchDecoder(target, make[method], max_new_tokens=NEW))
-        batched_calls, calls[:] = len(calls), []
-        alone_cls = type(make[method]())
-        original = alone_cls.batch_drafting
-        alone_cls.batch_drafting = classmethod(lambda cls, ds: RowByRow(ds))
-        try:
-            alone = drafts_of(BatchDecoder(target, make[method], max_new_tokens=NEW))
-        finally:
-            alone_cls.batch_drafting = original
-    finally:
-        hook.remove()
+    model = getattr(make[method](), {"vanilla": "model", "medusa": "heads", "eagle": "head"}[method])
+    batched, alone, batched_calls, alone_calls = batched_and_alone(target, make[method], PROMPTS[:5], model)
     assert batched == alone
-    assert batched_calls * 2 < len(calls), (batched_calls, len(calls))  # five rows: at least halved
+    assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)  # five rows: at least halved

@@ -120,6 +120,18 @@ def test_eagle3_batched_rows_are_lossless(saved_head):
         assert tokens == reference(target, prompt)[:16]
 
 
+def test_eagle3_drafts_a_batch_in_one_head_call_per_depth(saved_head):
+    """Every row's tree, with its draft-vocabulary ids, is the one it drafts alone, from far fewer head calls."""
+    from tests.test_batch import batched_and_alone
+
+    target, folder, _ = saved_head
+    head = load_eagle3_head(folder, target)
+    make = lambda: Eagle3Drafter(head, top_k=3, depth=3, total_tokens=8)  # noqa: E731
+    batched, alone, batched_calls, alone_calls = batched_and_alone(target, make, PROMPTS + [[5, 5, 5, 5]], head)
+    assert batched == alone and any(ids for row in batched.values() for _, _, ids in row)
+    assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)
+
+
 def test_eagle3_exact_sampling_matches_target():
     V = 12
     prompt = [3, 7, 1]

@@ -158,7 +158,11 @@ class EagleDrafter(Drafter):
             outs = self._feed(tokens, in_feats, positions, mask)
             tree.absorb(outs, self.top_lists(self.head.logits(outs), tree.k_child))  # one LM-head call per depth
         self._drop_drafts(committed)
-        return tree.draft()
+        return self.finish(tree.draft())
+
+    def finish(self, draft: Draft) -> Draft:
+        """The draft as the loop gets it: a hook for what a subclass adds (EAGLE-3's draft-vocabulary ids)."""
+        return draft
 
     @classmethod
     def batch_drafting(cls, drafters: list[Drafter]) -> BatchedTrees:

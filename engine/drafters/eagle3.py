@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.drafters.base import DecodeState, Drafter, RowByRow
+from engine.drafters.base import DecodeState
 from engine.drafters.eagle import EagleDrafter, explain
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
@@ -43,8 +43,7 @@ class Eagle3Drafter(EagleDrafter):
         self.draft_index[ids] = torch.arange(len(ids))
         self._draft_id = self.draft_index.tolist()  # the same as a Python list: read per node, every step
 
-    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        draft = super().propose(state, max_tokens)
+    def finish(self, draft: Draft) -> Draft:
         if draft.tokens:  # for the step inspector: each node's id in the head's own vocabulary
             draft.meta["draft_ids"] = [self._draft_id[t] for t in draft.tokens]
             draft.meta["draft_vocab"] = len(self.head.d2t)
@@ -54,11 +53,6 @@ class Eagle3Drafter(EagleDrafter):
         super().update(state, draft, accepted)
         own = state.tokens[-1]  # the target's token after the accepted path: could the head have drafted it?
         draft.meta["target_token_in_draft_vocab"] = 0 <= own < len(self._draft_id) and self._draft_id[own] >= 0
-
-    @classmethod
-    def batch_drafting(cls, drafters: list[Drafter]) -> RowByRow:
-        """Row by row: the EAGLE-3 head's own KV cache holds one row (batching it is still to do)."""
-        return RowByRow(drafters)
 
     def features(self, target_out) -> torch.Tensor:
         """[S, 3H]: the captured inputs of the three feature layers, concatenated (fc fuses them in the head)."""

@@ -33,7 +33,11 @@ class BatchedTrees:
         longest = max(map(len, self.cols))
         if cache_length(self.cache) == longest and all(c == list(range(len(c))) for c in self.cols):
             return
-        gather_rows(self.cache, torch.tensor([c + [0] * (longest - len(c)) for c in self.cols]))  # [B, longest]
+        index = torch.tensor([c + [0] * (longest - len(c)) for c in self.cols])  # [B, longest]
+        if hasattr(self.cache, "gather_rows"):  # EAGLE-3's own head cache
+            self.cache.gather_rows(index)
+        else:
+            gather_rows(self.cache, index)
         self.cols = [list(range(len(c))) for c in self.cols]
 
     def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[list[int]]]]) -> dict:
@@ -112,5 +116,5 @@ class BatchedTrees:
                 trees[b].absorb(out, tops[at : at + len(cols)])
                 at += len(cols)
         for b in live:
-            drafts[b] = trees[b].draft()
+            drafts[b] = rows[b].finish(trees[b].draft())
         return drafts

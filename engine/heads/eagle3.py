@@ -104,7 +104,8 @@ class MLP(nn.Module):
 
 
 class KVCache:
-    """The head's own keys and values [1, nkv, L, d]; `crop` drops draft entries after drafting."""
+    """The head's own keys and values [B, nkv, L, d]; `crop` drops draft entries after drafting, `gather_rows`
+    packs a batch's rows (engine/drafters/eagle_batch.py)."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None
@@ -121,6 +122,13 @@ class KVCache:
     def crop(self, length: int) -> None:
         if self.k is not None:
             self.k, self.v = self.k[:, :, :length], self.v[:, :, :length]
+
+    def gather_rows(self, index: torch.Tensor) -> None:
+        """Row b keeps positions index[b] [L] (pad entries point anywhere and stay masked). index: [B, L] long."""
+        if self.k is not None:
+            b, h, _, d = self.k.shape
+            idx = index.to(self.k.device)[:, None, :, None].expand(b, h, index.shape[1], d)  # [B, nkv, L, d]
+            self.k, self.v = self.k.gather(2, idx), self.v.gather(2, idx)
 
 
 def _rotary(cfg: dict):
