@@ -158,3 +158,41 @@ def test_typical_acceptance_prefers_the_most_likely_of_equally_long_paths():
         assert v.accepted == [1, 3] and v.bonus_row == 4
         bonus_seen.add(v.bonus)
     assert bonus_seen <= {0, 1, 2} and {0, 1} <= bonus_seen  # tokens under the threshold are never sampled
+
+
+@pytest.mark.parametrize("rule", ["greedy", "candidates", "chain", "typical"])
+def test_verification_reads_the_device_once(monkeypatch, rule):
+    """On a GPU every read of a tensor's value waits for the device: each rule reads it once per step. The
+    acceptance uniforms come from the host generator; here a Python one, so that any tensor read counted is one
+    of the target's rows."""
+    import random
+
+    import engine.verify as verify_mod
+
+    rng = random.Random(0)
+    monkeypatch.setattr(verify_mod, "_uniform", lambda generator: rng.random())
+    reads = []
+    for name in ("tolist", "item", "__float__", "__int__", "__index__", "__bool__"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, **kwargs):
+            reads.append(self.shape)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    rnd = _dists(5)
+    tree = Draft([1, 2, 3, 4, 5], [-1, -1, 0, 1, 1])
+    chain = Draft.chain([1, 2, 3], rnd(3))
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(20):  # accepted and rejected paths alike
+        p = rnd(6)
+        reads.clear()
+        if rule == "greedy":
+            verify_mod.verify_greedy(tree, p.log())
+        elif rule == "candidates":
+            verify_mod.verify_candidates(tree, p, gen)
+        elif rule == "chain":
+            verify_mod.verify_sampled_chain(chain, p[:4], gen)
+        else:
+            verify_mod.verify_typical(tree, p, gen, 0.09, 0.3)
+        assert len(reads) == 1, (trial, reads)
