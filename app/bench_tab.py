@@ -68,7 +68,7 @@ class BenchmarkTab(QWidget):
         self.table = QTextBrowser()
         self.plot = pg.PlotWidget()
         self.plot.showGrid(x=True, y=True, alpha=0.2)
-        self.plot.addLegend(offset=(10, 10))
+        self.plot.addLegend(offset=(-10, 10))  # top right: the sweep curves fall to the right
         self.results: dict | None = None
 
         # Controls in two rows on top, so the table gets the tab's full width (beside a form it squeezed its headers).
