@@ -202,7 +202,7 @@ class BatchDecoder:
                 if not active[b]:
                     keep.append(list(range(cached[b])))
                     continue
-                logits = out.logits[b, : 1 + len(d)].float()  # [1 + n, V]: side rows are the drafter's
+                logits = out.logits[b, : 1 + len(d)]  # [1 + n, V], model dtype: side rows are the drafter's
                 step = commit(d, logits, self.sampling, gens[b], self.max_new_tokens - len(new[b]), self.eos)
                 keep.append(list(range(cached[b])) + [past + r for r in step.rows])
                 active[b] = step.stop is None

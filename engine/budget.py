@@ -62,7 +62,9 @@ class CostAwareBudget(FullBudget):
         if self.steps % EXPLORE_EVERY == 0:  # uncapped every other time (deep acceptance), else the next cap
             turn = self.steps // EXPLORE_EVERY
             return None if turn % 2 else (turn // 2) % (self.max_depth + 1)
-        return max(range(self.max_depth + 1), key=self.rate)
+        caps = range(self.max_depth + 1)
+        seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
+        return max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep."""
@@ -75,10 +77,13 @@ class CostAwareBudget(FullBudget):
     def seconds(self, cap: int) -> float:
         """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
         (one step stalled by the machine must not move an estimate), linear between them, flat beyond."""
+        return self._seconds([cap])[0]
+
+    def _seconds(self, caps) -> list[float]:
         known = sorted(self.recent)
         if not known:
-            return 0.0
-        return float(np.interp(cap, known, [statistics.median(self.recent[d]) for d in known]))
+            return [0.0 for _ in caps]
+        return np.interp(list(caps), known, [statistics.median(self.recent[d]) for d in known]).tolist()
 
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)

@@ -169,7 +169,7 @@ class Decoder:
             ids = [[state.tokens[-1]] + draft.tokens + draft.side_tokens]
             out = self._forward(torch.tensor(ids, device=self.device), cache, draft)  # over [1, 1 + n + m]
             forwards += 1
-            logits = out.logits[0, : 1 + len(draft)].float()  # [1 + n, V]: side rows are the drafter's
+            logits = out.logits[0, : 1 + len(draft)]  # [1 + n, V], model dtype: rules convert as needed
             step = commit(draft, logits, self.sampling, gen, left, self.eos)
             compact_tail(cache, past, step.rows)  # the pending token and the accepted path
             emitted, rows, stop = step.tokens, step.rows, step.stop
