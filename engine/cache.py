@@ -116,7 +116,10 @@ def compact_tail(cache, start: int, offsets: list[int]) -> None:
 
 def gather_rows(cache, index: torch.Tensor) -> None:
     """Batched compaction: row b keeps positions index[b] (ascending; pad entries point anywhere and stay masked).
-    index: [B, L] long."""
+    index: [B, L] long. A cache with its own `gather_rows` (EAGLE-3's head cache) does it itself."""
+    if hasattr(cache, "gather_rows"):
+        cache.gather_rows(index)
+        return
     layers = _editable_layers(cache)
     if not layers:
         return
@@ -126,3 +129,13 @@ def gather_rows(cache, index: torch.Tensor) -> None:
         idx = index[:, None, :, None].expand(b, h, index.shape[1], d)  # [B, H, L, D]
         layer.keys = layer.keys.gather(2, idx)
         layer.values = layer.values.gather(2, idx)
+
+
+def pack_columns(cache, cols: list[list[int]]) -> list[list[int]]:
+    """A batched cache whose row b holds its entries at columns cols[b] (in order), packed so that they sit at
+    0..len(cols[b]) - 1; returns the new columns. Nothing moves when they already do."""
+    longest = max(map(len, cols))
+    if cache_length(cache) == longest and all(c == list(range(len(c))) for c in cols):
+        return cols
+    gather_rows(cache, torch.tensor([c + [0] * (longest - len(c)) for c in cols]))  # [B, longest]
+    return [list(range(len(c))) for c in cols]

@@ -38,10 +38,9 @@ class Eagle3Drafter(EagleDrafter):
     ) -> None:
         super().__init__(head, dynamic=True, top_k=top_k, depth=depth, total_tokens=total_tokens)
         self.feature_layers = head.layer_ids
-        ids = head.target_ids().cpu()
-        self.draft_index = torch.full((len(head.t2d),), -1, dtype=torch.long)  # target id -> draft id, or -1
-        self.draft_index[ids] = torch.arange(len(ids))
-        self._draft_id = self.draft_index.tolist()  # the same as a Python list: read per node, every step
+        self._draft_id = [-1] * len(head.t2d)  # target id -> draft id, or -1; a list: read per node, every step
+        for draft_id, target_id in enumerate(head.target_ids().tolist()):
+            self._draft_id[target_id] = draft_id
 
     def finish(self, draft: Draft) -> Draft:
         if draft.tokens:  # for the step inspector: each node's id in the head's own vocabulary

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.cache import cache_length, gather_rows
+from engine.cache import cache_length, pack_columns
 from engine.drafters.base import DecodeState
 from engine.tree import Draft, additive_mask
 
@@ -28,17 +28,6 @@ class BatchedTrees:
         self.dtype = next(self.head.parameters()).dtype
         self.cache = self.head.new_cache()
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
-
-    def _pack(self) -> None:
-        longest = max(map(len, self.cols))
-        if cache_length(self.cache) == longest and all(c == list(range(len(c))) for c in self.cols):
-            return
-        index = torch.tensor([c + [0] * (longest - len(c)) for c in self.cols])  # [B, longest]
-        if hasattr(self.cache, "gather_rows"):  # EAGLE-3's own head cache
-            self.cache.gather_rows(index)
-        else:
-            gather_rows(self.cache, index)
-        self.cols = [list(range(len(c))) for c in self.cols]
 
     def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[list[int]]]]) -> dict:
         """One head forward. feeds[b] = (tokens, features [n, H], positions, columns each new entry may see besides
@@ -75,7 +64,7 @@ class BatchedTrees:
         live = [b for b, d in enumerate(rows) if active[b] and d.pending is not None and max_tokens[b] >= 1]
         if not live:
             return drafts
-        self._pack()
+        self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
         feeds = {}
         for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
             toks, f = rows[b].pending

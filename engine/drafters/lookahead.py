@@ -31,15 +31,14 @@ token, seeds W tokens, grows levels without sliding, keeps 8 N-grams per key and
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
+from engine.drafters.ngram_pool import NgramDrafter, NgramPool
 from engine.drafters.spec import BuildContext, DrafterSpec, knob
-from engine.errors import GlanceError
 from engine.tree import Draft, ngram_trie
 
 # Chosen by measurement on this project's 2-core Xeon (docs/lookahead.md): 4/5/4 was the fastest of eight W/N/G
@@ -49,35 +48,6 @@ DEFAULT_WINDOW = 4
 DEFAULT_NGRAM = 5
 DEFAULT_GUESSES = 4
 VARIANTS = ("reference", "glance")
-
-
-class NgramPool:
-    """N-grams keyed by their first token; per key at most `capacity` continuations in order of addition. Adding
-    one already there moves it to the newest end; a full key drops its oldest (the reference's token_map)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.by_key: dict[int, OrderedDict[tuple[int, ...], None]] = {}
-
-    def __len__(self) -> int:
-        return sum(len(v) for v in self.by_key.values())
-
-    def add(self, gram: tuple[int, ...]) -> None:
-        """Insert (or refresh) an n-gram given as (first token, continuation...)."""
-        key, rest = gram[0], tuple(gram[1:])
-        if not rest or self.capacity <= 0:
-            return
-        bucket = self.by_key.setdefault(key, OrderedDict())
-        if rest in bucket:
-            bucket.move_to_end(rest)
-            return
-        bucket[rest] = None
-        if len(bucket) > self.capacity:
-            bucket.popitem(last=False)
-
-    def lookup(self, key: int) -> list[tuple[int, ...]]:
-        """Every continuation pooled under `key`, oldest first."""
-        return list(self.by_key.get(key, ()))
 
 
 def window_cells(sizes: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -98,10 +68,7 @@ def window_layout(sizes: tuple[int, ...]) -> tuple[list[int], torch.Tensor]:
     return offsets, visible
 
 
-class LookaheadDrafter(Drafter):
-    name = "lookahead"
-    budgeted = False  # its drafts are n-gram lookups: nearly free to make, cheap to verify
-
+class LookaheadDrafter(NgramDrafter):
     def __init__(
         self,
         window: int = DEFAULT_WINDOW,
@@ -110,17 +77,7 @@ class LookaheadDrafter(Drafter):
         context_ngrams: bool = True,
         seed: int = 0,
     ) -> None:
-        if window < 1:
-            raise GlanceError(f"the lookahead window must be at least 1 (got {window})")
-        if ngram < 2:
-            raise GlanceError(f"the lookahead n-gram size must be at least 2 (got {ngram})")
-        if guesses < 0:
-            raise GlanceError(f"lookahead guesses must be >= 0 (got {guesses})")
-        self.window, self.ngram, self.guesses = window, ngram, guesses
-        self.extra_positions = window + ngram  # window tokens sit up to W + N - 3 past the pending one
-        self.context_ngrams = context_ngrams
-        self.seed = seed
-        self.reset()
+        super().__init__(window, ngram, guesses, context_ngrams, seed)
 
     def reset(self) -> None:
         self.pool = NgramPool(self.guesses)
@@ -140,15 +97,6 @@ class LookaheadDrafter(Drafter):
         self.levels = [[rng.choice(prompt) for _ in range(seeded)]]
         self._fed = 0
         self._feed_context(state)
-
-    def _feed_context(self, state: DecodeState) -> None:
-        """Pool the n-grams of committed text not yet seen (the reference's POOL_FROM_PROMPT)."""
-        if not self.context_ngrams:
-            return
-        toks, n = state.tokens, self.ngram
-        for start in range(max(0, self._fed - n + 1), len(toks) - n + 1):
-            self.pool.add(tuple(toks[start : start + n]))
-        self._fed = len(toks)
 
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
@@ -198,14 +146,7 @@ class LookaheadDrafter(Drafter):
             self.pool.add((level0[c], *(level[c] for level in self.levels[1:]), guess))
 
     def settings(self) -> dict:
-        return {
-            "variant": "reference",
-            "window": self.window,
-            "ngram": self.ngram,
-            "guesses": self.guesses,
-            "context_ngrams": self.context_ngrams,
-            "pool_size": len(self.pool),  # hit and guess rates: engine/stats.py, from the step events
-        }
+        return {"variant": "reference", **super().settings()}
 
 
 @dataclass

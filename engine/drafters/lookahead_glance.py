@@ -16,11 +16,11 @@ window from the cache.
 from __future__ import annotations
 
 import random
-from collections import OrderedDict
 
 import torch
 
-from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.base import DecodeState
+from engine.drafters.ngram_pool import NgramDrafter, NgramPool
 from engine.errors import GlanceError
 from engine.tree import Draft, ngram_trie
 
@@ -32,42 +32,6 @@ DEFAULT_WINDOW = 4
 DEFAULT_NGRAM = 5
 DEFAULT_GUESSES = 4
 DEFAULT_POOL_CAPACITY = 8
-
-
-class NgramPool:
-    """N-grams keyed by their first token; per key at most `capacity` continuations, least recently used evicted."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.by_key: dict[int, OrderedDict[tuple[int, ...], None]] = {}
-
-    def __len__(self) -> int:
-        return sum(len(v) for v in self.by_key.values())
-
-    def add(self, gram: tuple[int, ...]) -> None:
-        """Insert (or refresh) an n-gram given as (first token, continuation...)."""
-        key, rest = gram[0], tuple(gram[1:])
-        if not rest:
-            return
-        bucket = self.by_key.setdefault(key, OrderedDict())
-        if rest in bucket:
-            bucket.move_to_end(rest)
-            return
-        bucket[rest] = None
-        if len(bucket) > self.capacity:
-            bucket.popitem(last=False)
-
-    def touch(self, key: int, rest: tuple[int, ...]) -> None:
-        bucket = self.by_key.get(key)
-        if bucket is not None and rest in bucket:
-            bucket.move_to_end(rest)
-
-    def lookup(self, key: int, limit: int) -> list[tuple[int, ...]]:
-        """Up to `limit` continuations of `key`, most recently used first."""
-        bucket = self.by_key.get(key)
-        if not bucket or limit <= 0:
-            return []
-        return list(reversed(bucket))[:limit]
 
 
 def window_layout(levels: int, width: int) -> tuple[list[int], torch.Tensor]:
@@ -85,10 +49,7 @@ def window_layout(levels: int, width: int) -> tuple[list[int], torch.Tensor]:
     return offsets, visible
 
 
-class GlanceLookaheadDrafter(Drafter):
-    name = "lookahead"
-    budgeted = False  # its drafts are n-gram lookups: nearly free to make, cheap to verify
-
+class GlanceLookaheadDrafter(NgramDrafter):
     def __init__(
         self,
         window: int = DEFAULT_WINDOW,
@@ -98,20 +59,10 @@ class GlanceLookaheadDrafter(Drafter):
         context_ngrams: bool = True,
         seed: int = 0,
     ) -> None:
-        if window < 1:
-            raise GlanceError(f"the lookahead window must be at least 1 (got {window})")
-        if ngram < 2:
-            raise GlanceError(f"the lookahead n-gram size must be at least 2 (got {ngram})")
-        if guesses < 0:
-            raise GlanceError(f"lookahead guesses must be >= 0 (got {guesses})")
         if pool_capacity < 1:
             raise GlanceError(f"the n-gram pool capacity must be at least 1 (got {pool_capacity})")
-        self.window, self.ngram, self.guesses = window, ngram, guesses
-        self.extra_positions = window + ngram  # the window's tokens sit up to W + N - 2 past the pending one
         self.pool_capacity = pool_capacity
-        self.context_ngrams = context_ngrams
-        self.seed = seed
-        self.reset()
+        super().__init__(window, ngram, guesses, context_ngrams, seed)
 
     def reset(self) -> None:
         self.pool = NgramPool(self.pool_capacity)
@@ -126,20 +77,11 @@ class GlanceLookaheadDrafter(Drafter):
         self._fed = 0
         self._feed_context(state)
 
-    def _feed_context(self, state: DecodeState) -> None:
-        """Pool the n-grams of committed text not yet seen (prompt lookup over the running text)."""
-        if not self.context_ngrams:
-            return
-        toks, n = state.tokens, self.ngram
-        for start in range(max(0, self._fed - n + 1), len(toks) - n + 1):
-            self.pool.add(tuple(toks[start : start + n]))
-        self._fed = len(toks)
-
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.guesses == 0:  # nothing would ever be verified: plain decoding, no window either
             return Draft()
-        conts = self.pool.lookup(state.tokens[-1], self.guesses)
+        conts = self.pool.recent(state.tokens[-1], self.guesses)
         conts = [c[:max_tokens] for c in conts if max_tokens > 0]
         tokens, parents, _ = ngram_trie(conts)
         levels = len(self.levels)
@@ -174,12 +116,4 @@ class GlanceLookaheadDrafter(Drafter):
         self._feed_context(state)
 
     def settings(self) -> dict:
-        return {
-            "variant": "glance",
-            "window": self.window,
-            "ngram": self.ngram,
-            "guesses": self.guesses,
-            "pool_capacity": self.pool_capacity,
-            "context_ngrams": self.context_ngrams,
-            "pool_size": len(self.pool),  # hit and guess rates: engine/stats.py, from the step events
-        }
+        return {"variant": "glance", "pool_capacity": self.pool_capacity, **super().settings()}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.cache import cache_length, gather_rows, new_cache
+from engine.cache import cache_length, new_cache, pack_columns
 from engine.drafters.base import DecodeState
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft, additive_mask
@@ -29,15 +29,6 @@ class BatchedChains:
         self.dtype = next(self.model.parameters()).dtype
         self.cache = new_cache(self.model.config)
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
-
-    def _pack(self) -> None:
-        """Move each row's seen entries to columns 0..seen_b - 1 (the rest of a row is padding nobody sees)."""
-        longest = max(map(len, self.cols))
-        if cache_length(self.cache) == longest and all(c == list(range(len(c))) for c in self.cols):
-            return
-        index = torch.tensor([c + [0] * (longest - len(c)) for c in self.cols])  # [B, longest]
-        gather_rows(self.cache, index)
-        self.cols = [list(range(len(c))) for c in self.cols]
 
     def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
         """Feed row b the tokens `feeds[b]` after its seen ones; the logits [B, V] after each row's last fed token
@@ -84,7 +75,7 @@ class BatchedChains:
             feeds.append(state.tokens[keep:])
         if not any(want):
             return [Draft() for _ in rows]
-        self._pack()
+        self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
         tokens: list[list[int]] = [[] for _ in rows]
         qs: list[list[torch.Tensor]] = [[] for _ in rows]
         live = [w > 0 for w in want]
