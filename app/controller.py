@@ -98,7 +98,9 @@ class Controller(QObject):
         self.job = name
         self.thread.submit(name, job)
 
-    def load(self, target: str, paths: dict[str, str], device: str, dtype: str, allow_download: bool) -> None:
+    def load(
+        self, target: str, paths: dict[str, str], device: str, dtype: str, allow_download: bool, compile: bool = False
+    ) -> None:
         def job(worker: EngineWorker) -> Session:
             return Session.load(
                 target or None,
@@ -108,6 +110,7 @@ class Controller(QObject):
                 allow_download=allow_download,
                 cancel=worker.cancel.is_set,
                 progress=worker.progress.emit,
+                compile=compile,
             )
 
         self._start("load", job)

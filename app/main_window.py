@@ -248,7 +248,12 @@ class MainWindow(QMainWindow):
         mp.info.setText(f"loading {Path(target).name if target else 'the bundled demo models'} …")
         self._set_running("load")
         self.controller.load(
-            target, mp.part_paths(), mp.device.currentText(), mp.dtype.currentText(), mp.allow_download.isChecked()
+            target,
+            mp.part_paths(),
+            mp.device.currentText(),
+            mp.dtype.currentText(),
+            mp.allow_download.isChecked(),
+            mp.compile.isChecked(),
         )
 
     # ---- racing -----------------------------------------------------------------------------------------------

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from engine.cache import check_window, gather_rows, new_cache
+from engine.cache import check_window, gather_rows
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
-from engine.features import layer_inputs
+from engine.forward import forward_for
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.tree import additive_mask, draft_visibility, node_depths
@@ -105,17 +105,8 @@ class BatchDecoder:
 
     def _forward(self, ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor, cache, hidden: bool):
         """ids, positions: [B, S]; visible: [B, S, past + S] bool."""
-        with layer_inputs(self.target, self.feature_layers) as features:
-            out = self.target(
-                input_ids=ids.to(self.device),
-                attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, past + S]
-                position_ids=positions.to(self.device),
-                cache=cache,
-                use_cache=True,
-                output_hidden_states=hidden,
-            )
-        out.layer_features = features
-        return out
+        mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, past + S]
+        return self.forward(ids.to(self.device), cache, mask, positions.to(self.device), hidden, self.feature_layers)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]]) -> BatchResult:
@@ -140,7 +131,8 @@ class BatchDecoder:
         longest = max(len(p) for p in prompts) + self.max_new_tokens
         check_window(self.target.config, longest + drafters[0].extra_positions)
         drafters[0].check_context(longest)
-        cache = new_cache(self.target.config)
+        self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
+        cache = self.forward.new_cache(longest + drafters[0].extra_positions)
         sync(self.device)
         t0 = time.perf_counter()
 

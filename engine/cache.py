@@ -2,7 +2,8 @@
 
 `crop` rolls a chain back; `keep_positions` compacts a tree-verified cache down to the accepted path. Both act on
 each layer's key/value tensors `[B, H, S, D]` along S. Caches whose layers cannot be edited this way (sliding
-windows, linear attention, quantized or static caches) raise a GlanceError.
+windows, linear attention, quantized caches) raise a GlanceError; Glance's own static cache (engine/static_cache.py,
+the compiled forward's) edits itself in place.
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def cache_length(cache) -> int:
 
 def crop(cache, length: int) -> None:
     """Keep the first `length` positions of every layer (chain rollback)."""
+    if getattr(cache, "edits_in_place", False):  # a static cache (engine/static_cache.py) edits itself
+        cache.crop(length)
+        return
     for layer in _editable_layers(cache):
         layer.keys = layer.keys[..., :length, :]  # [B, H, length, D]
         layer.values = layer.values[..., :length, :]
@@ -99,6 +103,9 @@ def keep_positions(cache, positions: torch.Tensor | list[int]) -> None:
 def compact_tail(cache, start: int, offsets: list[int]) -> None:
     """Keep positions [0, start) plus start + each offset (ascending). A contiguous run 0..k is a plain crop; otherwise
     the kept entries are copied into place (a few rows) and the rest cropped, instead of rebuilding the whole cache."""
+    if getattr(cache, "edits_in_place", False):
+        cache.compact_tail(start, offsets)
+        return
     if offsets == list(range(len(offsets))):
         crop(cache, start + len(offsets))
         return
@@ -116,7 +123,7 @@ def compact_tail(cache, start: int, offsets: list[int]) -> None:
 
 def gather_rows(cache, index: torch.Tensor) -> None:
     """Batched compaction: row b keeps positions index[b] (ascending; pad entries point anywhere and stay masked).
-    index: [B, L] long. A cache with its own `gather_rows` (EAGLE-3's head cache) does it itself."""
+    index: [B, L] long. A cache with its own `gather_rows` (EAGLE-3's head cache, a static cache) does it itself."""
     if hasattr(cache, "gather_rows"):
         cache.gather_rows(index)
         return

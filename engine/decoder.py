@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from engine.budget import FullBudget
-from engine.cache import cache_length, check_window, compact_tail, new_cache
+from engine.cache import cache_length, check_window, compact_tail
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.features import layer_inputs
+from engine.forward import forward_for
 from engine.sampling import SamplingConfig, logits_to_probs
 from engine.stats import RunStats
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
@@ -83,23 +83,12 @@ class Decoder:
     def _forward(self, ids: torch.Tensor, cache, draft: Draft | None = None):
         """Target forward over `ids` [1, S]; with a draft, ids are [pending] + tree nodes + side tokens under the
         draft's mask and positions."""
-        past = cache_length(cache)
-        kwargs = {}
+        mask = positions = None
         if draft is not None and (len(draft) or draft.side_tokens):
-            kwargs["attention_mask"] = tree_attention_mask(
-                draft.parents, past, self.dtype, self.device, draft.side_visible
-            )
-            kwargs["position_ids"] = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
-        with layer_inputs(self.target, self.drafter.feature_layers) as features:
-            out = self.target(
-                input_ids=ids,
-                cache=cache,
-                use_cache=True,
-                output_hidden_states=self.drafter.needs_hidden_states,
-                **kwargs,
-            )
-        out.layer_features = features
-        return out
+            past = cache_length(cache)
+            mask = tree_attention_mask(draft.parents, past, self.dtype, self.device, draft.side_visible)
+            positions = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
+        return self.forward(ids, cache, mask, positions, self.drafter.needs_hidden_states, self.drafter.feature_layers)
 
     def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
         """The target's probability of each emitted token and its top tokens, at the rows that emitted them (the
@@ -128,7 +117,8 @@ class Decoder:
         drafter.reset()
         self.budget.reset()
         self.check_fits(len(prompt_ids))
-        cache = new_cache(self.target.config)
+        self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
+        cache = self.forward.new_cache(len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)
         state = DecodeState(list(prompt_ids), len(prompt_ids), self.sampling, gen)
         new: list[int] = []
         steps = forwards = 0

@@ -14,6 +14,7 @@ from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
+from engine.forward import COMPILE_STEPS, CompileReport, compile_model
 from engine.models import BUNDLED_TARGET, LoadedModel, load_model
 from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
@@ -62,6 +63,7 @@ class Session:
 
     target: LoadedModel
     parts: dict[str, Any] = field(default_factory=dict)
+    compiled: list[CompileReport] = field(default_factory=list)  # what compile_models did, per model
 
     @classmethod
     def load(
@@ -75,11 +77,14 @@ class Session:
         trust_remote_code: bool = False,
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int, str], None] | None = None,
+        compile: bool = False,
     ) -> Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
         true stops the load between the target and its parts (GlanceError "loading cancelled"); `progress(done,
-        total, what)` is told before each model or part starts loading."""
+        total, what)` is told before each model or part starts loading. `compile`: compile the target's and the draft
+        model's forwards (engine/forward.py) and warm them up now; a model that fails to compile stays eager and
+        `compile_notes` says why."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
@@ -87,18 +92,35 @@ class Session:
         entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
         chosen = cls._part_paths(bundled, entry, paths)
         to_load = [k for k in chosen if k in parts_needed(methods)]
-        steps = iter(range(len(to_load) + 1))
+        total = len(to_load) + 1 + (COMPILE_STEPS * (1 + ("draft" in to_load)) if compile else 0)
+        steps = iter(range(total))
 
         def report(what: str) -> None:
             if progress is not None:
-                progress(next(steps), len(to_load) + 1, what)
+                progress(next(steps), total, what)
 
         report(f"loading the target {Path(str(target or BUNDLED_TARGET)).name}")
         loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
         if cancel is not None and cancel():
             raise GlanceError("loading cancelled")
         parts_ = load_parts(loaded, methods, chosen, cancel=cancel, on_part=lambda k: report(f"loading {k}"), **access)
-        return cls(loaded, parts_)
+        session = cls(loaded, parts_)
+        if compile:
+            session.compile_models(lambda done, of, what: report(what), cancel)
+        return session
+
+    def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
+        """Compile the target's forward and the draft model's (if loaded), warmed up; the reports say how long each
+        took, or why it stays eager."""
+        models = [("the target", self.target.model)]
+        draft = self.parts.get("draft")
+        if isinstance(draft, LoadedModel):
+            models.append(("the draft model", draft.model))
+        for name, model in models:
+            if cancel is not None and cancel():
+                raise GlanceError("loading cancelled")
+            self.compiled.append(compile_model(model, name, progress))
+        return self.compiled
 
     @staticmethod
     def _part_paths(bundled: bool, entry, paths: dict[str, str | None] | None) -> dict[str, str]:
@@ -144,7 +166,7 @@ class Session:
             loaded = self.parts.get(part.key)
             if loaded is not None:
                 lines.append(f"{part.key}: {part.brief(loaded) if part.brief else 'loaded'}")
-        return lines
+        return lines + [report.line() for report in self.compiled]
 
     def describe(self) -> dict:
         """The target and every loaded part, for logs and reports."""

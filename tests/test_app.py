@@ -14,8 +14,9 @@ from engine.models import BUNDLED_TARGET
 pytestmark = pytest.mark.gui
 
 
-def make_window(qtbot, tmp_path, target="", draft="", max_new=24, dtype="float32"):
+def make_window(qtbot, tmp_path, target="", draft="", max_new=24, dtype="float32", compile=False):
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    settings.setValue("compile", compile)  # the app's default is on; most tests skip the warm-up
     settings.setValue("target", target)
     settings.setValue("draft", draft)
     settings.setValue("max_new", max_new)
@@ -628,3 +629,33 @@ def test_no_garbage_collection_runs_on_the_worker_thread(qtbot, tiny_window):
     qtbot.waitUntil(lambda: not gc.isenabled(), timeout=10_000)  # the worker turned it off for the race
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     assert gc.isenabled()
+
+
+def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot, tmp_path, model_folders, closing):
+    from engine.forward import CompiledForward, forward_for, uncompile
+
+    settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
+    win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave", autoload=False)
+    qtbot.addWidget(win)
+    closing(win)
+    assert win.model_panel.compile.isChecked()  # on by default: the bench shows it winning on every method
+    win.model_panel.target.setText(str(model_folders["target"]))
+    win.model_panel.draft.setText(str(model_folders["copy"]))
+    win.model_panel.dtype.setCurrentText("float32")
+    seen: list[str] = []
+    win.controller.progress.connect(lambda done, total, what: seen.append(what))
+    win.load_models()
+    qtbot.waitUntil(lambda: win.job is None, timeout=300_000)
+    try:
+        assert win.models is not None, win.banner.text()
+        assert "compiling the target for one token (once per session)" in seen
+        assert "compiling the draft model for several tokens (once per session)" in seen
+        assert isinstance(forward_for(win.controller.session.target.model), CompiledForward)
+        assert "compiled the target in" in win.model_panel.info.text()
+        settings.setValue("max_new", 16)
+        win.gen_panel.max_new.setValue(16)
+        run_race(qtbot, win, ["ar", "vanilla"])
+        assert win.lanes["vanilla"].stats.tokens == win.lanes["ar"].stats.tokens
+    finally:
+        uncompile(win.controller.session.target.model)
+        uncompile(win.controller.session.parts["draft"].model)

@@ -94,6 +94,7 @@ def test_the_window_races_the_real_model_with_a_chat_prompt(qtbot, tmp_path):
     installed_folder()
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     settings.setValue("target", ENTRY.name)
+    settings.setValue("compile", False)
     settings.setValue("dtype", "float32")
     settings.setValue("max_new", 8)
     settings.setValue("prompt", PROMPTS[0])

@@ -9,9 +9,9 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import DynamicCache
 
 from engine.cache import crop
+from engine.forward import forward_for
 
 FORWARD_SIZES = tuple(range(1, 65))  # every k in 1..64 (about 10 s on this CPU)
 SHOWN_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # the ones the Markdown table prints
@@ -36,8 +36,9 @@ def forward_costs(
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
     prefix = torch.randint(0, vocab, (1, context), device=device)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prefix, cache=cache, use_cache=True)
+    forward = forward_for(model)  # compiled when decoding is: the costs are what decoding pays
+    cache = forward.new_cache(context + max(sizes))
+    forward(prefix, cache)
     times: dict[int, list[float]] = {k: [] for k in sizes}
     for r in range(repeats):
         if progress is not None:
@@ -47,7 +48,7 @@ def forward_costs(
                 return {}
             step = torch.randint(0, vocab, (1, k), device=device)
             t = time.perf_counter()
-            model(input_ids=step, cache=cache, use_cache=True)
+            forward(step, cache)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             times[k].append(time.perf_counter() - t)
@@ -66,10 +67,11 @@ def forward_grid(
     what verification costs as the batch grows. Rounds interleave every (B, k); `cancel()` true returns {}."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
+    forward = forward_for(model)
     caches = {}
     for b in batch_sizes:
-        caches[b] = DynamicCache(config=model.config)
-        model(input_ids=torch.randint(0, vocab, (b, context), device=device), cache=caches[b], use_cache=True)
+        caches[b] = forward.new_cache(context + max(sizes))
+        forward(torch.randint(0, vocab, (b, context), device=device), caches[b])
     times: dict[int, dict[int, list[float]]] = {b: {k: [] for k in sizes} for b in batch_sizes}
     for _ in range(repeats):
         for b in batch_sizes:
@@ -78,7 +80,7 @@ def forward_grid(
                     return {}
                 step = torch.randint(0, vocab, (b, k), device=device)
                 t = time.perf_counter()
-                model(input_ids=step, cache=caches[b], use_cache=True)
+                forward(step, caches[b])
                 if device.type == "cuda":
                     torch.cuda.synchronize(device)
                 times[b][k].append(time.perf_counter() - t)

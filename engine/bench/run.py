@@ -36,6 +36,7 @@ def run_benchmark(
             "drafters": setup.options.flat(),
             "draft_budget": "full" if batch_sizes else setup.draft_budget,  # the batch sweep drafts in full
             "batch_sizes": batch_sizes,
+            "compiled": {r.name: round(r.seconds, 1) if r.compiled else r.note for r in setup.compiled},
         },
     }
     if batch_sizes:

@@ -14,6 +14,7 @@ from engine.budget import make_budget
 from engine.chat import encode_prompt, stop_ids, use_chat
 from engine.decoder import Decoder
 from engine.errors import GlanceError
+from engine.forward import forward_for
 from engine.models import LoadedModel
 from engine.sampling import SamplingConfig
 from engine.stats import RunStats
@@ -35,6 +36,7 @@ class BenchSetup:
 
     chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
     draft_budget: str = "auto"  # how deep each step drafts (engine/budget.py): "auto" or "full"
+    compiled: list = field(default_factory=list)  # CompileReports of the models compiled at load (engine/forward.py)
 
     @property
     def eos(self) -> list[int]:
@@ -52,7 +54,8 @@ class BenchSetup:
                 mods.append(part.model)
             elif isinstance(part, torch.nn.Module):
                 mods.append(part)
-        return mods
+        # A compiled forward runs the graph, not the model's module call: its own module's hooks time it.
+        return mods + [f for f in map(forward_for, mods[:1] + mods[3:]) if isinstance(f, torch.nn.Module)]
 
     def available(self, method: str) -> bool:
         if method in REFERENCES:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import torch
 
-from engine.cache import cache_length, check_window, crop, new_cache
+from engine.cache import cache_length, check_window, crop
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.drafters.vanilla_batch import BatchedChains
+from engine.forward import forward_for
 from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft
@@ -57,21 +58,24 @@ class VanillaDrafter(Drafter):
         self.device = next(draft_model.parameters()).device
         self.cache = None
         self.seen: list[int] = []  # tokens whose KV the draft cache holds
+        self.positions = 0  # the most positions a run may need (check_context), to size a static cache
 
     def reset(self) -> None:
         self.cache, self.seen, self.gamma = None, [], self.initial_gamma
 
     def begin(self, state: DecodeState) -> None:
         self.reset()
-        self.cache = new_cache(self.model.config)
+        self.forward = forward_for(self.model)  # eager, or compiled when compile_model compiled the draft
+        self.cache = self.forward.new_cache(max(self.positions, len(state.tokens)) + self.max_gamma)
 
     def check_context(self, positions: int) -> None:
         check_window(self.model.config, positions + self.max_gamma, "the draft model")
+        self.positions = positions
 
     def _step(self, new_tokens: list[int]) -> torch.Tensor:
         """Feed tokens the draft has not seen; return the logits [V] after the last one."""
         ids = torch.tensor([new_tokens], device=self.device)
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True)
+        out = self.forward(ids, self.cache)
         self.seen.extend(new_tokens)
         return out.logits[0, -1]
 

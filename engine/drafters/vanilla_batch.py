@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from engine.cache import cache_length, new_cache, pack_columns
+from engine.cache import cache_length, pack_columns
 from engine.drafters.base import DecodeState
+from engine.forward import forward_for
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft, additive_mask
 
@@ -27,7 +28,8 @@ class BatchedChains:
         self.model = drafters[0].model
         self.device = drafters[0].device
         self.dtype = next(self.model.parameters()).dtype
-        self.cache = new_cache(self.model.config)
+        self.forward = forward_for(self.model)  # eager, or compiled when compile_model compiled the draft
+        self.cache = self.forward.new_cache(max(d.positions for d in drafters) + drafters[0].max_gamma)
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
 
     def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
@@ -49,13 +51,8 @@ class BatchedChains:
             positions[b, :n] = torch.arange(seen, seen + n)
             positions[b, n:] = seen
             self.cols[b] += range(width, width + n)
-        out = self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=additive_mask(visible, self.dtype, self.device),  # [B, 1, S, width + S]
-            position_ids=positions.to(self.device),
-            cache=self.cache,
-            use_cache=True,
-        )
+        mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
+        out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device))
         last = torch.tensor([max(len(f), 1) - 1 for f in feeds], device=out.logits.device)
         return out.logits[torch.arange(B, device=last.device), last]  # [B, V]
 

@@ -1,0 +1,205 @@
+"""How a model runs over its KV cache: eager over an editable DynamicCache (the default), or compiled over a static one.
+
+Every caller (the decoders, the vanilla drafter) asks `forward_for(model)` for a cache (`new_cache`) and a forward
+over it: ids, an additive mask over the cached entries and the new ones (None: causal), positions (None: right
+after the cache). `compile_model` compiles one model with `torch.compile`, warms it up and registers the compiled
+forward for it; every later `forward_for` of that model gets it. When compiling fails the model stays eager and the
+reason comes back as one line.
+
+The compiled forward runs over a `StaticKVCache`: the mask covers its whole capacity (entries past the length are
+masked), the sequence and batch dimensions are symbolic (`dynamic=True`), so one graph serves every draft or tree
+size without padding, and a second every size of one token. Prefill (an empty cache, any prompt length) runs eager.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from engine.cache import new_cache
+from engine.errors import reason
+from engine.features import layer_inputs
+from engine.static_cache import StaticKVCache
+
+Progress = Callable[[int, int, str], None]
+RECOMPILE_LIMIT = 32
+COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tokens
+
+
+class ModelForward:
+    """The eager forward over transformers' DynamicCache, which engine/cache.py crops and compacts."""
+
+    compiled = False
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def new_cache(self, positions: int):
+        """An empty cache for a run of at most about `positions` entries (eager caches grow as they go)."""
+        return new_cache(self.model.config)
+
+    def __call__(
+        self,
+        ids: torch.Tensor,
+        cache,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        hidden: bool = False,
+        feature_layers: tuple[int, ...] | list[int] = (),
+    ):
+        """ids, positions: [B, S]; mask: additive [B or 1, 1, S, past + S]. The model's output, with
+        `layer_features`: the inputs [B, S, H] of `feature_layers`."""
+        kwargs = {}
+        if mask is not None:
+            kwargs["attention_mask"] = mask
+        if positions is not None:
+            kwargs["position_ids"] = positions
+        with layer_inputs(self.model, feature_layers) as features:
+            out = self.model(input_ids=ids, cache=cache, use_cache=True, output_hidden_states=hidden, **kwargs)
+        out.layer_features = features
+        return out
+
+
+class CompiledForward(torch.nn.Module):
+    """The model's forward under `torch.compile` over a StaticKVCache. A module, so that the benchmark's clock times
+    its calls with the same hooks as the eager model's."""
+
+    compiled = True
+
+    def __init__(self, model: torch.nn.Module, compile: bool = True) -> None:
+        """`compile=False`: the same static cache and masks, run eager (what a failed compile falls back to)."""
+        super().__init__()
+        self.__dict__["model"] = model  # not a submodule: the model stays the caller's
+        # Every model of one architecture shares its forward's code, and so dynamo's cache of graphs: the target and
+        # a draft, at one and several tokens, one and several rows, take 8 entries, dynamo's default limit.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
+        self.graph = torch.compile(model.forward, dynamic=True) if compile else None
+        self.strict = False  # while warming up: a compile error propagates instead of falling back
+        self.failure: str | None = None
+
+    def new_cache(self, positions: int) -> StaticKVCache:
+        return StaticKVCache(self.model.config, positions)
+
+    def _full_mask(self, mask: torch.Tensor | None, S: int, past: int, capacity: int, device) -> torch.Tensor:
+        """The additive mask over the cache's whole capacity [B or 1, 1, S, capacity]: what the caller gave over
+        [0, past + S) (None: causal), everything after masked."""
+        dtype = self.model.dtype
+        low = torch.finfo(dtype).min
+        if mask is None:
+            cols = torch.arange(capacity, device=device)
+            rows = torch.arange(past, past + S, device=device)
+            return torch.zeros(1, 1, S, capacity, dtype=dtype, device=device).masked_fill_(
+                cols[None, None, None, :] > rows[None, None, :, None], low
+            )
+        full = torch.full((*mask.shape[:3], capacity), low, dtype=dtype, device=device)
+        full[..., : mask.shape[-1]] = mask
+        return full
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        cache: StaticKVCache,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        hidden: bool = False,
+        feature_layers: tuple[int, ...] | list[int] = (),
+    ):
+        B, S = ids.shape
+        past = cache.length
+        cache.reserve(S)
+        device = ids.device
+        if positions is None:
+            positions = torch.arange(past, past + S, device=device)[None].repeat(B, 1)  # contiguous, as callers'
+        kwargs = {
+            "input_ids": ids,
+            "attention_mask": self._full_mask(mask, S, past, cache.capacity, device),
+            "position_ids": positions.contiguous(),
+            "cache": cache,
+            "use_cache": True,
+            "output_hidden_states": True,  # always: one graph for every drafter (features come from it)
+        }
+        if past == 0 or self.graph is None:  # prefill (any prompt length): eager
+            out = self.model(**kwargs)
+        else:
+            try:
+                out = self.graph(**kwargs)
+            except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager
+                if self.strict:
+                    raise
+                self._give_up(exc)
+                cache.set_length(past)
+                out = self.model(**kwargs)
+        cache.advance(S)
+        out.layer_features = [out.hidden_states[i] for i in feature_layers]
+        return out
+
+    def _give_up(self, exc: Exception) -> None:
+        self.graph = None
+        self.failure = f"torch.compile failed ({reason(exc)}): running {type(self.model).__name__} eager"
+        _REGISTRY.pop(self.model, None)
+
+
+_REGISTRY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> CompiledForward
+_LOCK = threading.Lock()
+
+
+def forward_for(model: torch.nn.Module) -> ModelForward | CompiledForward:
+    """The forward registered for `model` by `compile_model`, else the eager one."""
+    compiled = _REGISTRY.get(model)
+    return compiled if compiled is not None else ModelForward(model)
+
+
+@dataclass
+class CompileReport:
+    """What compiling one model gave: the compiled forward is in use, the seconds it took, or why not."""
+
+    name: str
+    compiled: bool
+    seconds: float
+    note: str = ""
+
+    def line(self) -> str:
+        if self.compiled:
+            return f"compiled {self.name} in {self.seconds:.0f} s"
+        return self.note
+
+
+def compile_model(model: torch.nn.Module, name: str = "the model", progress: Progress | None = None) -> CompileReport:
+    """Compile `model`'s forward and warm it up on the shapes decoding uses (one new token; several), so that the
+    first run does not pay for it. On any failure the model stays eager and the report says why in one line."""
+    with _LOCK:
+        if model in _REGISTRY:
+            return CompileReport(name, True, 0.0)
+        t0 = time.perf_counter()
+        try:
+            fwd = CompiledForward(model)
+            fwd.strict = True
+            device = next(model.parameters()).device
+            with torch.no_grad():
+                cache = fwd.new_cache(16)
+                fwd(torch.zeros(1, 4, dtype=torch.long, device=device), cache)  # eager prefill
+                for i, (width, what) in enumerate(((1, "one token"), (3, "several tokens"))):
+                    if progress is not None:
+                        progress(i, COMPILE_STEPS, f"compiling {name} for {what} (once per session)")
+                    fwd(torch.zeros(1, width, dtype=torch.long, device=device), cache)  # fresh: callers' strides
+            fwd.strict = False
+        except Exception as exc:  # no C compiler, an unsupported op or architecture, out of memory...
+            note = f"torch.compile failed for {name} ({reason(exc)}): running it eager"
+            return CompileReport(name, False, time.perf_counter() - t0, note)
+        register(model, fwd)
+        return CompileReport(name, True, time.perf_counter() - t0)
+
+
+def register(model: torch.nn.Module, forward: CompiledForward) -> None:
+    """Every later `forward_for(model)` gets `forward`."""
+    _REGISTRY[model] = forward
+
+
+def uncompile(model: torch.nn.Module) -> None:
+    """Go back to the eager forward for `model` (tests, and a user who turns compiling off)."""
+    _REGISTRY.pop(model, None)

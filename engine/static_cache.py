@@ -1,0 +1,95 @@
+"""A fixed-size KV cache a compiled forward writes in place, with Glance's edits: crop, compaction, per-row gather.
+
+transformers' `StaticCache` keeps each layer's keys and values in buffers [B, H, capacity, D] whose addresses never
+change, so a compiled graph (and a CUDA graph) can write new entries at `cumulative_length` without reallocating.
+Entries past the length are stale and always masked. Glance keeps the length on the host as well, so that nothing
+reads the device to know it, and edits the cache by copying kept entries into place and moving the length back.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import StaticCache
+from transformers.cache_utils import StaticLayer
+
+from engine.errors import GlanceError
+
+CAPACITY_STEP = 256  # capacities are rounded up to this, so that runs of similar length share buffers' shapes
+
+
+def round_capacity(positions: int) -> int:
+    return max(CAPACITY_STEP, -(-positions // CAPACITY_STEP) * CAPACITY_STEP)
+
+
+class StaticKVCache(StaticCache):
+    """transformers' StaticCache with a host-side length and in-place edits (`edits_in_place` tells
+    engine/cache.py to call them)."""
+
+    edits_in_place = True
+
+    def __init__(self, config, positions: int) -> None:
+        super().__init__(config=config, max_cache_len=round_capacity(positions))
+        if any(type(layer) is not StaticLayer for layer in self.layers):
+            raise GlanceError(
+                "the compiled forward needs full-attention layers (this model slides or mixes attention kinds)"
+            )
+        self.capacity = round_capacity(positions)
+        self.length = 0
+
+    def _live(self) -> list:
+        return [layer for layer in self.layers if layer.is_initialized]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def reserve(self, extra: int) -> None:
+        """Make room for `extra` more entries, growing every buffer when they would not fit (no recompile: the
+        compiled graph takes any capacity)."""
+        need = self.length + extra
+        if need <= self.capacity:
+            return
+        capacity = round_capacity(2 * need)
+        for layer in self.layers:
+            layer.max_cache_len = capacity
+            if layer.is_initialized:
+                for name in ("keys", "values"):
+                    old = getattr(layer, name)  # [B, H, capacity, D]
+                    new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
+                    new[:, :, : self.length] = old[:, :, : self.length]
+                    torch._dynamo.mark_static_address(new)
+                    setattr(layer, name, new)
+        self.capacity = capacity
+
+    def advance(self, count: int) -> None:
+        """The forward just wrote `count` entries at [length, length + count) (its layers moved their own counters)."""
+        self.length += count
+
+    def set_length(self, length: int) -> None:
+        self.length = length
+        for layer in self._live():
+            layer.cumulative_length.fill_(length)
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` entries."""
+        self.set_length(min(length, self.length))
+
+    def compact_tail(self, start: int, offsets: list[int]) -> None:
+        """Keep [0, start) plus start + each offset (ascending), copied into place."""
+        end = start + len(offsets)
+        if offsets != list(range(len(offsets))):
+            live = self._live()
+            index = torch.as_tensor(offsets, dtype=torch.long, device=live[0].keys.device) + start if live else None
+            for layer in live:
+                layer.keys[:, :, start:end] = layer.keys.index_select(2, index)  # [B, H, len(offsets), D]
+                layer.values[:, :, start:end] = layer.values.index_select(2, index)
+        self.set_length(end)
+
+    def gather_rows(self, index: torch.Tensor) -> None:
+        """Row b keeps entries index[b] (ascending; pad entries point anywhere and stay masked). index: [B, L]."""
+        width = index.shape[1]
+        for layer in self._live():
+            b, h, _, d = layer.keys.shape
+            idx = index.to(layer.keys.device)[:, None, :, None].expand(b, h, width, d)  # [B, H, L, D]
+            layer.keys[:, :, :width] = layer.keys.gather(2, idx)
+            layer.values[:, :, :width] = layer.values.gather(2, idx)
+        self.set_length(width)

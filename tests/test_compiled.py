@@ -1,0 +1,201 @@
+"""The compiled forward (engine/forward.py) decodes exactly as the eager one, for every drafter, one row or several.
+
+Two layers are tested apart: the static cache with its full-width masks and in-place edits (run eager, fast, on three
+architectures), and torch.compile itself over it (one tiny target and draft, compiled once for the module)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from engine.batch import BatchDecoder
+from engine.cache import cache_length, compact_tail, gather_rows
+from engine.decoder import Decoder
+from engine.drafters.eagle import EagleDrafter
+from engine.drafters.eagle3 import Eagle3Drafter
+from engine.drafters.lookahead import LookaheadDrafter
+from engine.drafters.medusa import MedusaDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.vanilla import VanillaDrafter
+from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, register, uncompile
+from engine.heads.eagle3 import Eagle3Head
+from engine.static_cache import StaticKVCache
+from engine.tree import additive_mask
+from tests.conftest import perturbed_copy, tiny_model
+from tests.test_eagle import random_head
+from tests.test_eagle3 import deep_target
+from tests.test_lookahead import LOOPY
+from tests.test_lossless import reference
+from tests.test_medusa import random_heads
+
+NEW = 20
+PROMPTS = [[1, 2, 3], [17, 5, 60, 33, 8, 8, 41], LOOPY, [33] * 9]
+METHODS = ["ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead", "prompt_lookup"]
+
+
+def makers(target, draft) -> dict:
+    heads, head = random_heads(target), random_head(target)
+    head3 = Eagle3Head.for_target(target, torch.arange(0, 96, 2)).eval()  # a reduced vocabulary of even ids
+    return {
+        "ar": None,
+        "vanilla": lambda: VanillaDrafter(draft, gamma=3),
+        "medusa": lambda: MedusaDrafter(heads, "cpu_16"),
+        "eagle": lambda: EagleDrafter(head, top_k=3, depth=3, total_tokens=8),
+        "eagle3": lambda: Eagle3Drafter(head3, top_k=3, depth=3, total_tokens=8),
+        "lookahead": lambda: LookaheadDrafter(window=3, ngram=3, guesses=3),
+        "prompt_lookup": lambda: PromptLookupDrafter(max_ngram=2, tokens=3),
+    }
+
+
+def decode_all(target, make, prompts) -> dict:
+    """Every method's greedy tokens per prompt, alone (Decoder), and as one batch (BatchDecoder)."""
+    out = {}
+    for method, maker in make.items():
+        drafter = maker() if maker else None
+        out[method] = [Decoder(target, drafter, max_new_tokens=NEW).generate(p).tokens for p in prompts]
+    return out
+
+
+@pytest.fixture(params=["llama", "gpt2", "qwen2"])
+def static_eager(request):
+    """A target (4 layers for Llama, so EAGLE-3's three feature layers differ) and a draft, both running over the
+    static cache with full-width masks, eager; the eager forward is restored after the test."""
+    target = deep_target("llama") if request.param == "llama" else tiny_model(request.param, seed=0, sharpen=4.0)
+    draft = perturbed_copy(target, 0.3)
+    for model in (target, draft):
+        register(model, CompiledForward(model, compile=False))
+    yield request.param, target, draft
+    uncompile(target)
+    uncompile(draft)
+
+
+def test_the_static_cache_decodes_every_method_exactly(static_eager):
+    arch, target, draft = static_eager
+    assert isinstance(forward_for(target), CompiledForward)
+    refs = [reference(target, p)[:NEW] for p in PROMPTS]
+    make = makers(target, draft)
+    if arch != "llama":
+        make.pop("eagle3")  # its feature layers need four
+    for method, tokens in decode_all(target, make, PROMPTS).items():
+        assert tokens == refs, method
+    for method in ("ar", "vanilla", "eagle", "lookahead"):  # per-row gathers of the target's and the draft's caches
+        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS)
+        assert res.tokens == refs, method
+
+
+def test_the_static_cache_grows_past_its_capacity_and_keeps_its_entries():
+    target = tiny_model("llama", seed=0)
+    forward = CompiledForward(target, compile=False)
+    cache = forward.new_cache(8)
+    assert isinstance(cache, StaticKVCache) and cache.capacity == 256
+    ids = torch.randint(0, 96, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        forward(ids[:, :250], cache)
+        grown = forward(ids[:, 250:], cache).logits  # [1, 50, V]: written past the first capacity
+        whole = target(input_ids=ids).logits[:, 250:]
+    assert cache.capacity > 256 and cache.length == 300
+    torch.testing.assert_close(grown, whole, atol=1e-4, rtol=1e-4)
+
+
+def test_static_cache_edits_match_the_dynamic_cache_edits():
+    """Per-row gather and tail compaction leave the static cache attending exactly as the eager cache does."""
+    target = tiny_model("llama", seed=0)
+    static, eager = CompiledForward(target, compile=False), ModelForward(target)
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(1))
+    kept = torch.tensor([[0, 1, 2, 5, 9], [0, 3, 4, 6, 11]])  # row b keeps those columns
+    nxt, positions = torch.tensor([[7, 8], [9, 10]]), torch.tensor([[12, 13], [12, 13]])
+    outs = []
+    with torch.no_grad():
+        for forward in (static, eager):
+            cache = forward.new_cache(16)
+            forward(ids, cache)
+            gather_rows(cache, kept)
+            mask = additive_mask(torch.ones(2, 2, 7, dtype=torch.bool).tril(5), torch.float32, "cpu")
+            forward(nxt, cache, mask, positions)
+            compact_tail(cache, 5, [1])  # keep the second new entry only
+            assert cache_length(cache) == 6
+            outs.append(forward(torch.tensor([[3], [4]]), cache, None, torch.tensor([[14], [14]])).logits)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+# ---- torch.compile itself -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """A 4-layer Llama target and a 2-layer draft, compiled and warmed up once for the module."""
+    target = deep_target("llama", seed=0, vocab=96)
+    draft = perturbed_copy(target, 0.3)
+    eager = decode_all(target, makers(target, draft), PROMPTS)  # before compiling: the eager path's tokens
+    reports = [compile_model(target, "the target"), compile_model(draft, "the draft model")]
+    yield target, draft, eager, reports
+    uncompile(target)
+    uncompile(draft)
+
+
+def test_compiling_reports_its_time_and_registers_the_forward(compiled):
+    target, draft, _, reports = compiled
+    assert all(r.compiled for r in reports), [r.line() for r in reports]
+    assert reports[0].line().startswith("compiled the target in ")
+    assert isinstance(forward_for(target), CompiledForward) and forward_for(target).graph is not None
+
+
+def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compiled):
+    target, draft, eager, _ = compiled
+    make = makers(target, draft)
+    first = decode_all(target, make, PROMPTS)
+    assert first == eager
+    graphs = counters["stats"]["unique_graphs"]
+    again = decode_all(target, make, PROMPTS[::-1])  # other prompt lengths, other tree sizes: the same graphs
+    assert again == {m: t[::-1] for m, t in eager.items()}
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
+def test_compiled_batches_are_exact(compiled):
+    target, draft, eager, _ = compiled
+    make = makers(target, draft)
+    for method in ("ar", "eagle"):
+        assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
+
+
+# ---- falling back ---------------------------------------------------------------------------------------------------
+
+
+def test_a_failed_compile_leaves_the_model_eager_with_one_line(monkeypatch):
+    target = tiny_model("llama", seed=0)
+
+    def broken(fn, **_):
+        def run(**kwargs):
+            raise RuntimeError("InductorError: no working C++ compiler\n(long traceback)")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    report = compile_model(target, "the target")
+    assert not report.compiled
+    assert report.line().startswith("torch.compile failed for the target (")
+    assert "running it eager" in report.line() and "\n" not in report.line()
+    assert isinstance(forward_for(target), ModelForward)
+    assert Decoder(target, max_new_tokens=6).generate([1, 2, 3]).tokens == reference(target, [1, 2, 3])[:6]
+
+
+def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    forward = CompiledForward(target, compile=False)
+
+    def broken(**kwargs):
+        kwargs["cache"].layers[0].cumulative_length.add_(3)  # a half-run graph may have moved the counters
+        raise RuntimeError("recompile failed")
+
+    forward.graph = broken
+    register(target, forward)
+    try:
+        res = Decoder(target, VanillaDrafter(perturbed_copy(target, 0.3), gamma=3), max_new_tokens=NEW).generate(
+            PROMPTS[1]
+        )
+        assert res.tokens == reference(target, PROMPTS[1])[:NEW]
+        assert forward.failure.startswith("torch.compile failed (recompile failed)")
+        assert isinstance(forward_for(target), ModelForward)  # the next run starts eager
+    finally:
+        uncompile(target)
