@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from engine.budget import make_budget
 from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
@@ -112,6 +114,7 @@ class Session:
     def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
         """Compile the target's forward and the draft model's (if loaded), warmed up; the reports say how long each
         took, or why it stays eager."""
+        torch._dynamo.reset()  # graphs of earlier models hold their weights (frozen in, on a CPU): drop them
         models = [("the target", self.target.model)]
         draft = self.parts.get("draft")
         if isinstance(draft, LoadedModel):

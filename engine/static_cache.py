@@ -26,6 +26,7 @@ class StaticKVCache(StaticCache):
     engine/cache.py to call them)."""
 
     edits_in_place = True
+    pinned = True  # buffers marked as static addresses (CUDA graphs); False when the graph freezes constants
 
     def __init__(self, config, positions: int) -> None:
         super().__init__(config=config, max_cache_len=round_capacity(positions))
@@ -56,9 +57,19 @@ class StaticKVCache(StaticCache):
                     old = getattr(layer, name)  # [B, H, capacity, D]
                     new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
                     new[:, :, : self.length] = old[:, :, : self.length]
-                    torch._dynamo.mark_static_address(new)
+                    if self.pinned:
+                        torch._dynamo.mark_static_address(new)
                     setattr(layer, name, new)
         self.capacity = capacity
+
+    def unpin(self) -> None:
+        """Drop the static-address marks transformers puts on the buffers when they are created. A graph compiled
+        with frozen weights (CPU) takes every unguarded static address for a constant: it would keep reading and
+        writing the buffers it was compiled with, and the counter's value at that time."""
+        for layer in self._live():
+            for tensor in (layer.keys, layer.values, layer.cumulative_length):
+                if hasattr(tensor, "_dynamo_static_input_type"):
+                    del tensor._dynamo_static_input_type
 
     def advance(self, count: int) -> None:
         """The forward just wrote `count` entries at [length, length + count) (its layers moved their own counters)."""

@@ -141,6 +141,21 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
     assert isinstance(forward_for(target), CompiledForward) and forward_for(target).graph is not None
 
 
+def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
+    """The target and its draft share their forward's code (and dynamo's cache of graphs), and on a CPU each graph
+    holds its model's weights as constants: each must still compute with its own, over its own cache."""
+    target, draft, _, _ = compiled
+    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        for model in (target, draft, target):
+            forward = forward_for(model)
+            cache = forward.new_cache(16)
+            forward(ids[:, :8], cache)  # eager prefill
+            one, several = forward(ids[:, 8:9], cache).logits, forward(ids[:, 9:], cache).logits
+            whole = model(input_ids=ids).logits  # [1, 12, V], eager, no cache
+            torch.testing.assert_close(torch.cat([one, several], 1), whole[:, 8:], atol=1e-4, rtol=1e-4)
+
+
 def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compiled):
     target, draft, eager, _ = compiled
     make = makers(target, draft)
