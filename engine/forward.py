@@ -149,6 +149,23 @@ class CompiledForward(torch.nn.Module):
         out.layer_features = [out.hidden_states[i] for i in feature_layers]
         return out
 
+    def warm_up(self, rows: int = 1, name: str = "the model", progress: Progress | None = None) -> None:
+        """Compile the graphs decoding `rows` rows at a time uses (one new token; several) now rather than in the
+        middle of a timed run. A compile error propagates."""
+        device = next(self.model.parameters()).device
+        self.strict = True
+        try:
+            with torch.no_grad():
+                cache = self.new_cache(16)
+                self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
+                for i, (width, what) in enumerate(((1, "one token"), (3, "several tokens"))):
+                    if progress is not None:
+                        batch = f" in batches of {rows}" if rows > 1 else ""
+                        progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
+                    self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)  # fresh: callers' strides
+        finally:
+            self.strict = False
+
     def _give_up(self, exc: Exception) -> None:
         self.graph = None
         self.failure = f"torch.compile failed ({reason(exc)}): running {type(self.model).__name__} eager"
@@ -189,16 +206,7 @@ def compile_model(model: torch.nn.Module, name: str = "the model", progress: Pro
         t0 = time.perf_counter()
         try:
             fwd = CompiledForward(model)
-            fwd.strict = True
-            device = next(model.parameters()).device
-            with torch.no_grad():
-                cache = fwd.new_cache(16)
-                fwd(torch.zeros(1, 4, dtype=torch.long, device=device), cache)  # eager prefill
-                for i, (width, what) in enumerate(((1, "one token"), (3, "several tokens"))):
-                    if progress is not None:
-                        progress(i, COMPILE_STEPS, f"compiling {name} for {what} (once per session)")
-                    fwd(torch.zeros(1, width, dtype=torch.long, device=device), cache)  # fresh: callers' strides
-            fwd.strict = False
+            fwd.warm_up(1, name, progress)
         except Exception as exc:  # no C compiler, an unsupported op or architecture, out of memory...
             note = f"torch.compile failed for {name} ({reason(exc)}): running it eager"
             return CompileReport(name, False, time.perf_counter() - t0, note)

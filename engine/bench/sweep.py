@@ -16,6 +16,8 @@ import numpy as np
 from engine.batch import BatchDecoder
 from engine.bench.suite import BenchSetup, Progress
 from engine.errors import GlanceError
+from engine.forward import CompiledForward, forward_for
+from engine.models import LoadedModel
 from engine.variants import build_drafter
 
 
@@ -48,6 +50,11 @@ def run_sweep(
         return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos)
 
     total, done = len(methods) * (1 + len(batch_sizes)), 0
+    models = [setup.target.model] + [p.model for p in setup.parts.values() if isinstance(p, LoadedModel)]
+    for model in models:  # compiled forwards: their batched graphs now, not in a timed cell
+        forward = forward_for(model)
+        if isinstance(forward, CompiledForward) and forward.graph is not None:
+            forward.warm_up(2, "a model", lambda i, n, what: progress and progress(done, total, what))
     for m in methods:  # warm-up at batch 2
         BatchDecoder(setup.target.model, decoder(m).make_drafter, setup.sampling, 8, setup.eos).generate(encoded[:2])
         done += 1
