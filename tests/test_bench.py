@@ -129,7 +129,7 @@ def test_bench_cli_unwritable_out_keeps_the_table(model_folders, capsys, tmp_pat
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     argv = ["bench", "--target", str(model_folders["target"]), "--methods", "ar", "--limit", "1"]
-    argv += ["--max-new-tokens", "4", "--dtype", "float32", "--out", str(blocker / "out")]
+    argv += ["--max-new-tokens", "4", "--dtype", "float32", "--compile", "off", "--out", str(blocker / "out")]
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps(PROMPTS[0]) + "\n")
     assert main([*argv, "--prompts", str(prompts)]) == 2
