@@ -104,10 +104,10 @@ class ModelPanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
         self.allow_download = QCheckBox("allow hub downloads")
-        self.compile = QCheckBox("compile (torch.compile: faster forwards after a warm-up at load)")
+        self.compile = QCheckBox("compile (faster after a warm-up)")
         self.compile.setToolTip(
-            "Compiles the target's and the draft model's forwards once when loading (20-60 s on a CPU, with "
-            "progress); every method decodes faster after. Off: load at once and run eager."
+            "torch.compile: compiles the target's and the draft model's forwards once when loading (15-60 s on a "
+            "CPU, with progress); every method decodes faster after. Off: load at once and run eager."
         )
         self.load = QPushButton("Load")
         self.busy = QProgressBar()
