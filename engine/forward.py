@@ -34,8 +34,6 @@ COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tok
 class ModelForward:
     """The eager forward over transformers' DynamicCache, which engine/cache.py crops and compacts."""
 
-    compiled = False
-
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
 
@@ -68,8 +66,6 @@ class ModelForward:
 class CompiledForward(torch.nn.Module):
     """The model's forward under `torch.compile` over a StaticKVCache. A module, so that the benchmark's clock times
     its calls with the same hooks as the eager model's."""
-
-    compiled = True
 
     def __init__(self, model: torch.nn.Module, compile: bool = True) -> None:
         """`compile=False`: the same static cache and masks, run eager (what a failed compile falls back to)."""
