@@ -24,7 +24,7 @@ from engine.cache import check_window, gather_rows
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
-from engine.forward import forward_for
+from engine.forward import forward_for, greedy_ids
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.tree import additive_mask, draft_visibility, node_depths
@@ -190,18 +190,23 @@ class BatchDecoder:
             out = self._forward(ids, visible, positions, cache, hidden)
             forwards += 1
             keep, outcomes = [], {}
+            greedy = self.sampling.greedy or any(d.side_tokens for d in drafts)
+            best_rows = greedy_ids(out).tolist() if greedy else None  # [B][S]: every row's argmax, one transfer
             for b, d in enumerate(drafts):
                 if not active[b]:
                     keep.append(list(range(cached[b])))
                     continue
                 logits = out.logits[b, : 1 + len(d)]  # [1 + n, V], model dtype: side rows are the drafter's
-                step = commit(d, logits, self.sampling, gens[b], self.max_new_tokens - len(new[b]), self.eos)
+                best = best_rows[b][: sizes[b]] if best_rows else None
+                left = self.max_new_tokens - len(new[b])
+                step = commit(d, logits, self.sampling, gens[b], left, self.eos, best and best[: 1 + len(d)])
                 keep.append(list(range(cached[b])) + [past + r for r in step.rows])
                 active[b] = step.stop is None
                 states[b].tokens.extend(step.tokens)
                 states[b].target_out = _row_view(out, b, sizes[b])
                 states[b].rows = step.rows
                 states[b].side_logits = out.logits[b, 1 + len(d) : sizes[b]] if d.side_tokens else None
+                states[b].side_best = best[1 + len(d) :] if d.side_tokens else None
                 new[b].extend(step.tokens)
                 steps[b] += 1
                 outcomes[b] = step

@@ -20,7 +20,7 @@ from engine.cache import cache_length, check_window, compact_tail
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.forward import forward_for
+from engine.forward import forward_for, greedy_ids
 from engine.sampling import SamplingConfig, logits_to_probs
 from engine.stats import RunStats
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
@@ -160,13 +160,17 @@ class Decoder:
             out = self._forward(torch.tensor(ids, device=self.device), cache, draft)  # over [1, 1 + n + m]
             forwards += 1
             logits = out.logits[0, : 1 + len(draft)]  # [1 + n, V], model dtype: rules convert as needed
-            step = commit(draft, logits, self.sampling, gen, left, self.eos)
+            best = None  # every row's argmax, in one transfer: greedy verification and lookahead's guesses
+            if self.sampling.greedy or draft.side_tokens:
+                best = greedy_ids(out)[0].tolist()
+            step = commit(draft, logits, self.sampling, gen, left, self.eos, best and best[: 1 + len(draft)])
             compact_tail(cache, past, step.rows)  # the pending token and the accepted path
             emitted, rows, stop = step.tokens, step.rows, step.stop
             state.tokens.extend(emitted)
             state.target_out = out
             state.rows = rows
             state.side_logits = out.logits[0, 1 + len(draft) :] if draft.side_tokens else None  # [m, V]
+            state.side_best = best[1 + len(draft) :] if draft.side_tokens else None
             sync(self.device)
             tu = time.perf_counter()
             drafter.update(state, draft, step.accepted)

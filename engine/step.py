@@ -57,9 +57,11 @@ def commit(
     generator: torch.Generator,
     budget: int,
     eos: set[int],
+    best: list[int] | None = None,
 ) -> StepOutcome:
-    """Verify `draft` against the target's rows `logits` [1 + n, V] (root first) and cut the result."""
-    verdict = verify(draft, logits, sampling, generator)
+    """Verify `draft` against the target's rows `logits` [1 + n, V] (root first) and cut the result. `best`: each
+    row's argmax when the forward computed it (greedy verification then reads no logits)."""
+    verdict = verify(draft, logits, sampling, generator, best)
     tokens = [draft.tokens[i] for i in verdict.accepted] + [verdict.bonus]
     rows = [0] + [i + 1 for i in verdict.accepted]
     from_draft = [True] * len(verdict.accepted) + [False]

@@ -26,9 +26,11 @@ def _uniform(generator: torch.Generator | None) -> float:
     return float(torch.rand((), generator=generator))
 
 
-def verify_greedy(draft: Draft, target_logits: torch.Tensor) -> Verdict:
-    """Longest path whose every token equals the target's argmax at its parent. target_logits: [1 + n, V]."""
-    best = target_logits.argmax(-1).tolist()  # [1 + n]
+def verify_greedy(draft: Draft, target_logits: torch.Tensor, best: list[int] | None = None) -> Verdict:
+    """Longest path whose every token equals the target's argmax at its parent. target_logits: [1 + n, V];
+    `best`: those argmaxes when the caller has them (the compiled forward computes them in its graph)."""
+    if best is None:
+        best = target_logits.float().argmax(-1).tolist()  # [1 + n]
     node, accepted = -1, []
     while True:
         row = node + 1
@@ -145,12 +147,16 @@ def verify_typical(
 
 
 def verify(
-    draft: Draft, target_logits: torch.Tensor, cfg: SamplingConfig, generator: torch.Generator | None
+    draft: Draft,
+    target_logits: torch.Tensor,
+    cfg: SamplingConfig,
+    generator: torch.Generator | None,
+    best: list[int] | None = None,
 ) -> Verdict:
     """Pick the rule: greedy at temperature 0, Medusa's typical acceptance when the draft asks for it, Leviathan's
-    for sampled chains, the deterministic-candidate rule otherwise."""
+    for sampled chains, the deterministic-candidate rule otherwise. `best`: each row's argmax, if known."""
     if cfg.greedy:
-        return verify_greedy(draft, target_logits)
+        return verify_greedy(draft, target_logits, best)
     p = logits_to_probs(target_logits, cfg)  # [1 + n, V]
     if draft.typical is not None:
         return verify_typical(draft, p, generator, *draft.typical)

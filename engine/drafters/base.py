@@ -27,6 +27,15 @@ class DecodeState:
     rows: list[int] = field(default_factory=list)
     # The side branch's rows of that forward's logits, [m, V] (lookahead's window), or None.
     side_logits: torch.Tensor | None = None
+    # Those side rows' argmax tokens (lookahead's next guesses), read back with the verification's.
+    side_best: list[int] | None = None
+
+
+def side_guesses(state: DecodeState) -> list[int]:
+    """The argmax token of each side row of the latest verification (lookahead's window), read once per step."""
+    if state.side_best is None:
+        state.side_best = state.side_logits.float().argmax(-1).tolist()
+    return state.side_best
 
 
 class RowByRow:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.base import DecodeState, Drafter, side_guesses
 from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
 from engine.drafters.ngram_pool import NgramDrafter, NgramPool
 from engine.drafters.spec import BuildContext, DrafterSpec, knob
@@ -122,7 +122,7 @@ class LookaheadDrafter(NgramDrafter):
         if not draft.side_tokens:
             return
         newest = self.levels[-1]
-        guesses = state.side_logits[len(draft.side_tokens) - len(newest) :].argmax(-1).tolist()  # one per column
+        guesses = side_guesses(state)[len(draft.side_tokens) - len(newest) :]  # one per column
         if self.full:
             self._harvest(guesses)
             if len(self.levels) == 1:  # N = 2: the guesses sit one position on, on level 0's columns

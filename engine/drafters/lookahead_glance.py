@@ -19,7 +19,7 @@ import random
 
 import torch
 
-from engine.drafters.base import DecodeState
+from engine.drafters.base import DecodeState, side_guesses
 from engine.drafters.ngram_pool import NgramDrafter, NgramPool
 from engine.errors import GlanceError
 from engine.tree import Draft, ngram_trie
@@ -100,8 +100,7 @@ class GlanceLookaheadDrafter(NgramDrafter):
         if not draft.side_tokens:
             return
         width, levels = self.window, len(self.levels)
-        newest = state.side_logits[(levels - 1) * width : levels * width]  # [W, V]: the newest level's outputs
-        guesses = newest.argmax(-1).tolist()
+        guesses = side_guesses(state)[(levels - 1) * width : levels * width]  # the newest level's outputs
         if levels == self.ngram - 1:  # full window: harvest one n-gram per column, then slide
             for c in range(width):
                 self.pool.add(tuple(level[c] for level in self.levels) + (guesses[c],))

@@ -20,7 +20,7 @@ from engine.cache import cache_length, check_window, crop
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.drafters.vanilla_batch import BatchedChains
-from engine.forward import forward_for
+from engine.forward import forward_for, greedy_ids
 from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft
@@ -72,12 +72,19 @@ class VanillaDrafter(Drafter):
         check_window(self.model.config, positions + self.max_gamma, "the draft model")
         self.positions = positions
 
-    def _step(self, new_tokens: list[int]) -> torch.Tensor:
-        """Feed tokens the draft has not seen; return the logits [V] after the last one."""
+    def _step(self, new_tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Feed tokens the draft has not seen; return the logits [V] after the last one and their argmax []."""
         ids = torch.tensor([new_tokens], device=self.device)
         out = self.forward(ids, self.cache)
         self.seen.extend(new_tokens)
-        return out.logits[0, -1]
+        return out.logits[0, -1], greedy_ids(out)[0, -1]
+
+    def greedy_token(self, logits: torch.Tensor, best: torch.Tensor) -> int:
+        """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
+        target's first (what `_pad` does to the distribution)."""
+        if self.target_vocab is not None and logits.shape[-1] > self.target_vocab:
+            return int(logits[: self.target_vocab].float().argmax())
+        return int(best)
 
     def _pad(self, probs: torch.Tensor) -> torch.Tensor:
         """Draft distribution over the target's vocabulary (a smaller draft vocabulary gets zero mass beyond it)."""
@@ -101,17 +108,20 @@ class VanillaDrafter(Drafter):
         if cache_length(self.cache) > keep:
             crop(self.cache, keep)
         self.seen = self.seen[:keep]
-        logits = self._step(state.tokens[keep:])
+        logits, best = self._step(state.tokens[keep:])
         tokens, qs = [], []
         for i in range(n):
-            q = self._pad(logits_to_probs(logits, state.sampling))  # [V]
-            x = int(q.argmax()) if state.sampling.greedy else sample(q, state.generator)
+            if state.sampling.greedy:  # no distribution needed: greedy verification compares tokens
+                x = self.greedy_token(logits, best)
+            else:
+                q = self._pad(logits_to_probs(logits, state.sampling))  # [V]
+                x = sample(q, state.generator)
+                qs.append(q)
             tokens.append(x)
-            qs.append(q)
             if self.confidence and float(torch.softmax(logits.float(), -1)[x]) < self.confidence:
                 break  # the draft doubts this token: verify what we have rather than draft on
             if i + 1 < n:
-                logits = self._step([x])
+                logits, best = self._step([x])
         q_probs = None if state.sampling.greedy else torch.stack(qs)  # [n, V]
         return Draft.chain(tokens, q_probs)
 

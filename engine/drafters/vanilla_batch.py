@@ -14,7 +14,7 @@ import torch
 
 from engine.cache import cache_length, pack_columns
 from engine.drafters.base import DecodeState
-from engine.forward import forward_for
+from engine.forward import forward_for, greedy_ids
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft, additive_mask
 
@@ -32,7 +32,7 @@ class BatchedChains:
         self.cache = self.forward.new_cache(max(d.positions for d in drafters) + drafters[0].max_gamma)
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
 
-    def _forward(self, feeds: list[list[int]]) -> torch.Tensor:
+    def _forward(self, feeds: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
         """Feed row b the tokens `feeds[b]` after its seen ones; the logits [B, V] after each row's last fed token
         (meaningless for a row fed nothing)."""
         B, S = len(feeds), max(1, max(map(len, feeds)))
@@ -54,7 +54,8 @@ class BatchedChains:
         mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
         out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device))
         last = torch.tensor([max(len(f), 1) - 1 for f in feeds], device=out.logits.device)
-        return out.logits[torch.arange(B, device=last.device), last]  # [B, V]
+        rows = torch.arange(B, device=last.device)
+        return out.logits[rows, last], greedy_ids(out)[rows, last].tolist()  # [B, V], each row's argmax
 
     @torch.no_grad()
     def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
@@ -79,16 +80,19 @@ class BatchedChains:
         while True:
             for b, feed in enumerate(feeds):
                 rows[b].seen.extend(feed)
-            logits = self._forward(feeds)  # [B, V]
+            logits, best = self._forward(feeds)  # [B, V], [B]
             feeds = [[] for _ in rows]
             for b, d in enumerate(rows):
                 if not live[b]:
                     continue
                 sampling = states[b].sampling
-                q = d._pad(logits_to_probs(logits[b], sampling))  # [V]
-                x = int(q.argmax()) if sampling.greedy else sample(q, states[b].generator)
+                if sampling.greedy:
+                    x = d.greedy_token(logits[b], best[b])
+                else:
+                    q = d._pad(logits_to_probs(logits[b], sampling))  # [V]
+                    x = sample(q, states[b].generator)
+                    qs[b].append(q)
                 tokens[b].append(x)
-                qs[b].append(q)
                 doubt = d.confidence and float(torch.softmax(logits[b].float(), -1)[x]) < d.confidence
                 if doubt or len(tokens[b]) == want[b]:
                     live[b] = False
