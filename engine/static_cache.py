@@ -36,9 +36,18 @@ class StaticKVCache(StaticCache):
             )
         self.capacity = round_capacity(positions)
         self.length = 0
+        self._all_live: list | None = None  # every layer, once all have buffers (engine reads them every step)
+        self._counters: list[torch.Tensor] = []  # their write counters
 
     def _live(self) -> list:
-        return [layer for layer in self.layers if layer.is_initialized]
+        """The layers whose buffers exist (the first forward creates them all); kept once all exist."""
+        live = self._all_live
+        if live is None:
+            live = [layer for layer in self.layers if layer.is_initialized]
+            if len(live) == len(self.layers):
+                self._all_live = live
+                self._counters = [layer.cumulative_length for layer in live]
+        return live
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
@@ -77,8 +86,9 @@ class StaticKVCache(StaticCache):
 
     def set_length(self, length: int) -> None:
         self.length = length
-        for layer in self._live():
-            layer.cumulative_length.fill_(length)
+        counters = self._counters if self._all_live else [layer.cumulative_length for layer in self._live()]
+        if counters:  # one foreach op, not one fill per layer: this runs after every verification
+            torch._foreach_copy_(counters, [torch.tensor(length, dtype=counters[0].dtype)] * len(counters))
 
     def crop(self, length: int) -> None:
         """Keep the first `length` entries."""

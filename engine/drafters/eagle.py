@@ -22,6 +22,7 @@ from engine.drafters.eagle_batch import BatchedTrees
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
+from engine.heads.readout import candidates
 from engine.models import BUNDLED_EAGLE
 from engine.tree import Draft
 
@@ -76,6 +77,8 @@ class EagleDrafter(Drafter):
         self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
         self.cache = None
         self.pending: tuple[list[int], torch.Tensor] | None = None  # committed pairs not yet in the head cache
+        self.dtype = next(head.parameters()).dtype
+        self._causal: torch.Tensor | None = None  # [n, n] additive upper triangle, cut to size per step
 
     def reset(self) -> None:
         self.cache, self.pending = None, None
@@ -105,14 +108,17 @@ class EagleDrafter(Drafter):
         """The target ids of the head's output ids (the same vocabulary here)."""
         return ids
 
-    def _mask(self, committed: int, ancestors: list[list[int]] | None, fed: int, dtype, device) -> torch.Tensor:
+    def _mask(self, committed: int, ancestors: list[list[int]] | None, fed: int, dtype, device) -> torch.Tensor | None:
         """[1, 1, m, committed + fed + m] additive: each new row sees the committed pairs, the fed entries listed in
         its `ancestors` (slots counted after the committed pairs) and itself; `ancestors` None with `m` = fed: the
-        new rows are a causal run (the pairs committed since the last step)."""
+        new rows are a causal run (the pairs committed since the last step), None for a run of one (it sees all)."""
         lowest = torch.finfo(dtype).min
         if ancestors is None:  # a causal run of `fed` rows after the committed pairs
-            mask = torch.zeros(fed, committed + fed, dtype=dtype)
-            mask[:, committed:] = torch.full((fed, fed), lowest, dtype=dtype).triu(1)
+            if fed == 1:
+                return None
+            if self._causal is None or self._causal.shape[0] < fed or self._causal.dtype != dtype:
+                self._causal = torch.full((max(fed, 16), max(fed, 16)), lowest, dtype=dtype).triu(1)
+            mask = torch.cat([torch.zeros(fed, committed, dtype=dtype), self._causal[:fed, :fed]], dim=1)
             return mask[None, None].to(device)
         m = len(ancestors)
         mask = torch.full((m, committed + fed + m), lowest, dtype=dtype)
@@ -129,16 +135,16 @@ class EagleDrafter(Drafter):
         )
         return out[0]  # [m, H]
 
-    def top_lists(self, logits: torch.Tensor, k: int) -> list[tuple[list, list]]:
-        """Per row of logits [m, V]: the top-k token ids (target ids) and log-probs, in one top-k and one copy each."""
-        top = torch.log_softmax(logits.float(), -1).topk(k, dim=-1)
+    def top_lists(self, outs: torch.Tensor, k: int) -> list[tuple[list, list]]:
+        """Per row of head outputs [m, H]: the top-k token ids (target ids) and log-probs, one copy each."""
+        top = candidates(self.head)(outs, k)  # [m, k]
         return list(zip(self.token_ids(top.indices).tolist(), top.values.tolist()))
 
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.pending is None or max_tokens < 1:
             return Draft()
-        dtype = next(self.head.parameters()).dtype
+        dtype = self.dtype
         base = cache_length(self.cache)
         toks, feats = self.pending
         m = len(toks)
@@ -149,14 +155,14 @@ class EagleDrafter(Drafter):
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
         tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))
-        (root_top,) = self.top_lists(self.head.logits(root_feat[None]), tree.k_root)
+        (root_top,) = self.top_lists(root_feat[None], tree.k_root)
         tree.start(root_top)
         while (step := tree.next_inputs()) is not None:
             tokens, in_feats, ancestors = step
             mask = self._mask(committed, ancestors, tree.fed, dtype, root_feat.device)
             positions = [committed - 1 + tree.depth - 1] * len(tokens)
             outs = self._feed(tokens, in_feats, positions, mask)
-            tree.absorb(outs, self.top_lists(self.head.logits(outs), tree.k_child))  # one LM-head call per depth
+            tree.absorb(outs, self.top_lists(outs, tree.k_child))  # one LM-head call per depth
         self._drop_drafts(committed)
         return self.finish(tree.draft())
 

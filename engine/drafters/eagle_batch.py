@@ -81,7 +81,7 @@ class BatchedTrees:
             trees[b] = self.grow(rows[b], outs[b][0][-1], min(rows[b].levels, max_tokens[b]))
         roots = torch.stack([trees[b].root_feat for b in live])  # [rows, H]
         first = rows[live[0]]
-        for b, top in zip(live, first.top_lists(self.head.logits(roots), trees[live[0]].k_root)):
+        for b, top in zip(live, first.top_lists(roots, trees[live[0]].k_root)):
             trees[b].start(top)
         slots = {b: [] for b in live}  # row b's draft entries' columns, by slot
         while True:
@@ -97,7 +97,7 @@ class BatchedTrees:
                 break
             outs = self._forward(feeds)
             together = torch.cat([outs[b][0] for b in feeds])  # [all frontier nodes, H]: one LM-head call
-            tops = first.top_lists(self.head.logits(together), trees[live[0]].k_child)
+            tops = first.top_lists(together, trees[live[0]].k_child)
             at = 0
             for b in feeds:
                 out, cols = outs[b]

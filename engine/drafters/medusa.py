@@ -16,6 +16,7 @@ from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
+from engine.heads.readout import candidates
 from engine.models import BUNDLED_MEDUSA
 from engine.tree import Draft
 
@@ -136,9 +137,8 @@ class MedusaDrafter(Drafter):
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.hidden is None or max_tokens < 1:
             return Draft()
-        logits = self.heads(self.hidden)  # [K, V]
-        k = min(self.topk, logits.shape[-1])
-        return self.tree_from(logits.float().topk(k, dim=-1).indices.tolist(), max_tokens)
+        top = candidates(self.heads)(self.hidden, self.topk, log_probs=False).indices  # [K, k]
+        return self.tree_from(top.tolist(), max_tokens)
 
     def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:
         """The draft tree from each head's top candidates `top` [K, k] (ids), no path deeper than max_tokens."""
@@ -180,8 +180,8 @@ class BatchedHeads:
         if not live:
             return drafts
         first = self.rows[live[0]]
-        logits = first.heads(torch.stack([self.rows[b].hidden for b in live]))  # [K, rows, V]
-        top = logits.float().topk(min(first.topk, logits.shape[-1]), dim=-1).indices  # [K, rows, k]
+        hidden = torch.stack([self.rows[b].hidden for b in live])  # [rows, H]
+        top = candidates(first.heads)(hidden, first.topk, log_probs=False).indices  # [K, rows, k]
         top = top.transpose(0, 1).tolist()  # [rows, K, k], to the host once
         for j, b in enumerate(live):
             drafts[b] = self.rows[b].tree_from(top[j], max_tokens[b])

@@ -77,6 +77,10 @@ class MedusaHeads(nn.ModuleList):
             return torch.stack([head(hidden) for head in self])
         return torch.stack([self.shared_lm_head(head(hidden)) for head in self])
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[K, ..., V]: every head's logits (what engine/heads/readout.py reads candidates from)."""
+        return self(hidden)
+
     def config(self) -> dict:
         return {
             "medusa_num_heads": self.num_heads,
