@@ -53,6 +53,24 @@ def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     assert all(p.stat().st_size > 0 for p in paths)
 
 
+def test_the_clock_times_model_calls_and_heads_read_outs_only(setup):
+    """Overhead is what runs outside model calls: the target, the draft, the heads and their top-k read-out are
+    timed; the loop around them is not."""
+    import time
+
+    from engine.bench.clock import ModelClock
+    from engine.heads.readout import candidates
+
+    eagle = setup.parts["eagle"]
+    assert candidates(eagle) in setup.timed_modules() and candidates(eagle) is candidates(eagle)
+    with ModelClock(setup.timed_modules()) as clock:
+        with torch.no_grad():
+            candidates(eagle)(torch.zeros(2, eagle.cfg["hidden_size"]), 3)
+        inside = clock.seconds
+        time.sleep(0.05)  # host work: not model time
+    assert 0 < inside == clock.seconds < 0.05
+
+
 def test_sweep_reports_every_batch_size(setup, tmp_path):
     results = run_benchmark(setup, PROMPTS, ["ar", "vanilla", "lookahead"], batch_sizes=[1, 3])
     sweep = results["sweep"]

@@ -18,7 +18,7 @@ from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
-from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, register, uncompile
+from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, greedy_ids, register, uncompile
 from engine.heads.eagle3 import Eagle3Head
 from engine.static_cache import StaticKVCache
 from engine.tree import additive_mask
@@ -214,3 +214,17 @@ def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
         assert isinstance(forward_for(target), ModelForward)  # the next run starts eager
     finally:
         uncompile(target)
+
+
+def test_the_compiled_graph_returns_every_rows_argmax(compiled):
+    """Greedy verification, lookahead's guesses and vanilla's greedy drafts read the argmax the graph computes: it
+    must be the argmax of the logits it returns, on one row and on several."""
+    target, _, _, _ = compiled
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(5))
+    forward = forward_for(target)
+    with torch.no_grad():
+        cache = forward.new_cache(16)
+        assert greedy_ids(forward(ids[:, :8], cache)).shape == (2, 8)  # eager prefill: computed on demand
+        for width in (1, 3):
+            out = forward(ids[:, 8 : 8 + width], cache)
+            assert out.greedy is not None and torch.equal(out.greedy, out.logits.float().argmax(-1))

@@ -25,6 +25,8 @@ def test_greedy_takes_longest_matching_path():
         logits[row, tok] = 5.0
     v = verify_greedy(draft, logits)
     assert v.accepted == [1, 4] and v.bonus == 0 and v.bonus_row == 5
+    # the same from the rows' argmax alone (what the compiled forward hands over), not the logits
+    assert verify_greedy(draft, torch.zeros(6, V), [best[r] for r in range(6)]) == v
 
 
 def test_greedy_rejects_everything():
