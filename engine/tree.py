@@ -131,10 +131,21 @@ def additive_mask(visible: torch.Tensor, dtype: torch.dtype, device) -> torch.Te
     return mask.to(device)
 
 
+@functools.lru_cache(maxsize=256)
+def _additive_block(parents: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """[1 + n, 1 + n] additive: 0 where ancestor_matrix is True, dtype-min elsewhere. Shared: never modify it."""
+    return torch.zeros(len(parents) + 1, len(parents) + 1, dtype=dtype).masked_fill_(
+        ~_ancestor_matrix(parents), torch.finfo(dtype).min
+    )
+
+
 def tree_attention_mask(
     parents: list[int], past_len: int, dtype: torch.dtype, device, side_visible: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Additive mask [1, 1, S, past_len + S] (S = 1 + n + m) over the cache and the draft."""
+    if side_visible is None or side_visible.numel() == 0:  # a tree alone: its block is cached (trees repeat)
+        block = _additive_block(tuple(parents), dtype)
+        return torch.cat([block.new_zeros(block.shape[0], past_len), block], dim=1)[None, None].to(device)
     block = draft_visibility(parents, side_visible)  # [S, S]
     mask = torch.zeros(block.shape[0], past_len + block.shape[0], dtype=dtype)  # the cache: visible to all
     mask[:, past_len:].masked_fill_(~block, torch.finfo(dtype).min)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from engine.cache import cache_length, crop
@@ -121,11 +122,11 @@ class EagleDrafter(Drafter):
             mask = torch.cat([torch.zeros(fed, committed, dtype=dtype), self._causal[:fed, :fed]], dim=1)
             return mask[None, None].to(device)
         m = len(ancestors)
-        mask = torch.full((m, committed + fed + m), lowest, dtype=dtype)
-        mask[:, :committed] = 0
-        rows = [r for r, anc in enumerate(ancestors) for _ in anc] + list(range(m))
-        cols = [committed + s for anc in ancestors for s in anc] + [committed + fed + r for r in range(m)]
-        mask[rows, cols] = 0
+        drafted = np.full((m, fed + m), lowest, dtype=np.float32)  # over the fed entries and the new rows
+        for r, anc in enumerate(ancestors):
+            drafted[r, anc] = 0
+            drafted[r, fed + r] = 0
+        mask = torch.cat([torch.zeros(m, committed, dtype=dtype), torch.from_numpy(drafted).to(dtype)], dim=1)
         return mask[None, None].to(device)
 
     def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask) -> torch.Tensor:
