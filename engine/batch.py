@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from engine.budget import FullBudget
 from engine.cache import check_window, gather_rows
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
@@ -87,7 +88,11 @@ class BatchDecoder:
         eos_token_ids: list[int] | int | None = None,
         pad_token_id: int = 0,
         variant: str = "batch",
+        budget: FullBudget | None = None,
     ) -> None:
+        """`budget`: how deep each step may draft, one cap for every row (engine/budget.py): `auto` learns from the
+        batch's own step times, so where drafting stops paying at this batch size it drafts less, down to plain
+        steps. Default: every step drafts in full."""
         if max_new_tokens < 1:
             raise GlanceError(f"max new tokens must be at least 1 (got {max_new_tokens})")
         self.target = target
@@ -100,6 +105,7 @@ class BatchDecoder:
         self.pad = pad_token_id
         self.feature_layers: tuple[int, ...] = ()  # set per run from the drafters
         self.variant = variant
+        self.budget = budget if budget is not None else FullBudget()
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -124,6 +130,8 @@ class BatchDecoder:
             raise GlanceError("every prompt of a batch needs at least one token")
         B = len(prompts)
         drafters = [self.make_drafter() for _ in range(B)]
+        budget = self.budget if drafters[0].budgeted else FullBudget()
+        budget.reset()
         hidden = drafters[0].needs_hidden_states
         self.feature_layers = drafters[0].feature_layers
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
@@ -169,7 +177,9 @@ class BatchDecoder:
 
         while any(active):
             ts = time.perf_counter()
-            drafts = drafting.propose(states, [self.max_new_tokens - len(new[b]) - 1 for b in range(B)], active)
+            cap = budget.choose()  # None: as deep as the drafters' settings allow
+            left = [self.max_new_tokens - len(new[b]) - 1 for b in range(B)]
+            drafts = drafting.propose(states, [n if cap is None else min(n, cap) for n in left], active)
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
@@ -221,6 +231,8 @@ class BatchDecoder:
             sync(self.device)
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
+            got = [len(step.accepted) for step in outcomes.values()]
+            budget.observe_rows(cap, [drafts[b] for b in outcomes], got, d_s, v_s)
             draft_s += d_s
             verify_s += v_s
             clock = prefill_s + draft_s + verify_s

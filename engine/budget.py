@@ -35,6 +35,11 @@ class FullBudget:
     def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
         """What the step that ran under `cap` drafted, how many of its tokens were accepted, and what it cost."""
 
+    def observe_rows(
+        self, cap: int | None, drafts: list[Draft], accepted: list[int], draft_s: float, verify_s: float
+    ) -> None:
+        """A batch step: every row's draft and accepted count, and what the whole step cost."""
+
 
 @dataclass
 class CostAwareBudget(FullBudget):
@@ -89,16 +94,26 @@ class CostAwareBudget(FullBudget):
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
 
     def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
+        self.observe_rows(cap, [draft], [accepted], draft_s, verify_s)
+
+    def observe_rows(
+        self, cap: int | None, drafts: list[Draft], accepted: list[int], draft_s: float, verify_s: float
+    ) -> None:
+        """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
+        row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
         self.steps += 1
-        deepest = max(node_depths(draft.parents), default=0)
-        if deepest > self.max_depth:
-            grow = deepest - self.max_depth
-            self.reached += [0.0] * grow
-            self.accepted += [0.0] * grow
-            self.max_depth = deepest
-        for k in range(deepest):
-            self.reached[k] += 1
-            self.accepted[k] += k < accepted
+        deepest = 0
+        for draft, got in zip(drafts, accepted):
+            depth = max(node_depths(draft.parents), default=0)
+            deepest = max(deepest, depth)
+            if depth > self.max_depth:
+                grow = depth - self.max_depth
+                self.reached += [0.0] * grow
+                self.accepted += [0.0] * grow
+                self.max_depth = depth
+            for k in range(depth):
+                self.reached[k] += 1
+                self.accepted[k] += k < got
         kept = self.recent.setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]

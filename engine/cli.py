@@ -75,13 +75,14 @@ def _add_drafter_args(p: argparse.ArgumentParser) -> None:
         p.add_argument(k.flag, dest=k.name, type=k.kind, default=None, choices=k.knob.choices, help=text + extra)
 
 
-def _add_budget_arg(p: argparse.ArgumentParser) -> None:
+def _add_budget_arg(p: argparse.ArgumentParser, sweep_note: str = "") -> None:
     p.add_argument(
         "--draft-budget",
-        default="auto",
+        default=None,
         choices=["auto", "full"],
         help="auto (default): each step drafts as deep as this run's measured step times and acceptance say pays, "
-        "down to a plain step; full: every step drafts as much as the drafter's settings allow, as in the papers",
+        "down to a plain step; full: every step drafts as much as the drafter's settings allow, as in the papers"
+        + sweep_note,
     )
 
 
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--out", default="bench-results", help="folder for results.json, results.md and charts")
     _add_model_args(b)
     _add_drafter_args(b)
-    _add_budget_arg(b)
+    _add_budget_arg(b, ". The batch sweep drafts in full unless given auto (one cap per batch step)")
 
     cv = sub.add_parser("convert", help="dequantise a GGUF file once into an ordinary model folder")
     cv.add_argument("gguf", help="the .gguf file")
@@ -248,7 +249,7 @@ def cmd_generate(args) -> int:
         sampling,
         _drafter_options(args),
         chat=args.chat,
-        draft_budget=args.draft_budget,
+        draft_budget=args.draft_budget or "auto",
     )
     session = _load_session(args, [args.method])
     decoder = session.decoder(args.method, settings)  # a missing part or a bad option fails before anything runs
@@ -371,7 +372,7 @@ def cmd_bench(args) -> int:
         SamplingConfig(args.temperature, args.top_p, args.seed),
         args.max_new_tokens,
         chat=args.chat,
-        draft_budget=args.draft_budget,
+        draft_budget=args.draft_budget or ("full" if sizes else "auto"),
         compiled=session.compiled,
     )
     bar = tqdm(total=1, desc="bench", unit="run", dynamic_ncols=True)

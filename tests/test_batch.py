@@ -4,6 +4,7 @@ different lengths, rows that advance by different amounts and rows that stop ear
 import pytest
 
 from engine.batch import BatchDecoder, BatchResult
+from engine.budget import WARMUP_STEPS, CostAwareBudget
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
@@ -138,3 +139,14 @@ def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
     batched, alone, batched_calls, alone_calls = batched_and_alone(target, make[method], PROMPTS[:5], model)
     assert batched == alone
     assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)  # five rows: at least halved
+
+
+@pytest.mark.parametrize("method", ["vanilla", "eagle"])
+def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
+    """One depth cap per batch step, learned from the batch's own step times: only draft sizes change."""
+    target, make, refs = setup
+    budget = CostAwareBudget()
+    res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(PROMPTS)
+    for prompt, tokens in zip(PROMPTS, res.tokens):
+        assert tokens == refs[tuple(prompt)], (method, prompt)
+    assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts

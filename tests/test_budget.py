@@ -57,3 +57,11 @@ def test_budgets_by_name():
     with pytest.raises(GlanceError, match="draft budget"):
         RaceSettings(["ar"], draft_budget="fast")
     assert RaceSettings(["ar"]).describe()["draft_budget"] == "auto"
+
+
+def test_a_batch_step_counts_every_rows_acceptance_and_the_steps_time_once():
+    budget = CostAwareBudget()
+    budget.observe_rows(None, [chain(3), chain(2), chain(0)], [3, 0, 0], 0.004, 0.006)
+    assert budget.max_depth == 3
+    assert budget.reached == [2.0, 2.0, 1.0] and budget.accepted == [1.0, 1.0, 1.0]
+    assert budget.recent == {3: [0.010]}  # one batch step, under its deepest draft

@@ -34,7 +34,7 @@ def run_benchmark(
             "top_p": setup.sampling.top_p,
             "seed": setup.sampling.seed,
             "drafters": setup.options.flat(),
-            "draft_budget": "full" if batch_sizes else setup.draft_budget,  # the batch sweep drafts in full
+            "draft_budget": setup.draft_budget,
             "batch_sizes": batch_sizes,
             "compiled": {r.name: round(r.seconds, 1) if r.compiled else r.note for r in setup.compiled},
         },

@@ -15,6 +15,7 @@ import numpy as np
 
 from engine.batch import BatchDecoder
 from engine.bench.suite import BenchSetup, Progress
+from engine.budget import make_budget
 from engine.errors import GlanceError
 from engine.forward import CompiledForward, forward_for
 from engine.models import LoadedModel
@@ -47,7 +48,8 @@ def run_sweep(
             if method == "ar"
             else (lambda: build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling))
         )
-        return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos)
+        budget = make_budget(setup.draft_budget)  # full (the default for a sweep): the physics, undamped
+        return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos, budget=budget)
 
     total, done = len(methods) * (1 + len(batch_sizes)), 0
     models = [setup.target.model] + [p.model for p in setup.parts.values() if isinstance(p, LoadedModel)]
