@@ -97,8 +97,8 @@ class CompiledForward(torch.nn.Module):
         """`compile=False`: the same static cache and masks, run eager (what a failed compile falls back to)."""
         super().__init__()
         self.__dict__["model"] = model  # not a submodule: the model stays the caller's
-        # Every model of one architecture shares its forward's code, and so dynamo's cache of graphs: the target and
-        # a draft, at one and several tokens, one and several rows, take 8 entries, dynamo's default limit.
+        # Each model has its own code object (_graph_function), but one model at one and several tokens, one and
+        # several rows, with and without per-row masks, can pass dynamo's default limit of 8 graphs.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         # On a CPU, freezing folds the weights into the graph as constants, so inductor packs them for oneDNN's
         # matrix products: a one-token forward of the bundled target took 5.3 ms against 8.8 without (and 14-18 eager).

@@ -142,7 +142,7 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
 
 
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
-    """The target and its draft share their forward's code (and dynamo's cache of graphs), and on a CPU each graph
+    """The target and its draft have the same architecture, and on a CPU each graph
     holds its model's weights as constants: each must still compute with its own, over its own cache."""
     target, draft, _, _ = compiled
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
