@@ -372,7 +372,7 @@ def cmd_bench(args) -> int:
         SamplingConfig(args.temperature, args.top_p, args.seed),
         args.max_new_tokens,
         chat=args.chat,
-        draft_budget=args.draft_budget or ("full" if sizes else "auto"),
+        draft_budget=args.draft_budget,  # None: auto for the suite, full for the sweep
         compiled=session.compiled,
     )
     bar = tqdm(total=1, desc="bench", unit="run", dynamic_ncols=True)

@@ -47,6 +47,7 @@ def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     assert len(saved["suite"]["records"]) == len(PROMPTS) * len(ALL)
     assert {"torch", "transformers", "device", "dtype"} <= saved["environment"].keys()
     assert saved["models"]["target"] and saved["settings"]["max_new_tokens"] == 12
+    assert saved["settings"]["draft_budget"] == "auto"  # the suite's default
     assert set(saved["cost_model"]["predictions"]) == {"vanilla", "medusa", "eagle", "lookahead"}
     assert "| vanilla speculative |" in markdown(saved)
     assert {p.name for p in paths} >= {"results.json", "results.md", "speedup.png", "forward_cost.png"}
@@ -75,6 +76,7 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
     results = run_benchmark(setup, PROMPTS, ["ar", "vanilla", "lookahead"], batch_sizes=[1, 3])
     sweep = results["sweep"]
     assert sweep["batch_sizes"] == [1, 3] and sweep["methods"] == ["ar", "vanilla", "lookahead"]
+    assert results["settings"]["draft_budget"] == "full"  # the sweep's default: the physics, undamped
     for b in (1, 3):
         assert all(r["matched_rows"] == r["rows"] == 3 for r in sweep["rows"][b].values())  # float32: exact
         assert sweep["rows"][b]["ar"]["speedup"] == 1.0

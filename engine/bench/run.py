@@ -34,7 +34,7 @@ def run_benchmark(
             "top_p": setup.sampling.top_p,
             "seed": setup.sampling.seed,
             "drafters": setup.options.flat(),
-            "draft_budget": setup.draft_budget,
+            "draft_budget": setup.draft_budget or ("full" if batch_sizes else "auto"),
             "batch_sizes": batch_sizes,
             "compiled": {r.name: round(r.seconds, 1) if r.compiled else r.note for r in setup.compiled},
         },

@@ -36,7 +36,9 @@ class BenchSetup:
     max_new_tokens: int = 64
 
     chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
-    draft_budget: str = "auto"  # how deep each step drafts (engine/budget.py): "auto" or "full"
+    # How deep each step drafts (engine/budget.py): "auto" or "full"; None: auto for the suite, full for the sweep
+    # (the sweep shows where batching kills the win, undamped by the budget).
+    draft_budget: str | None = None
     compiled: list = field(default_factory=list)  # CompileReports of the models compiled at load (engine/forward.py)
 
     @property
@@ -84,7 +86,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
         setup.eos,
         variant=method,
         details=False,
-        budget=make_budget(setup.draft_budget),
+        budget=make_budget(setup.draft_budget or "auto"),
     )
     with ModelClock(setup.timed_modules()) as clock:
         res = decoder.generate(ids)

@@ -48,7 +48,7 @@ def run_sweep(
             if method == "ar"
             else (lambda: build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling))
         )
-        budget = make_budget(setup.draft_budget)  # full (the default for a sweep): the physics, undamped
+        budget = make_budget(setup.draft_budget or "full")  # full by default: the physics, undamped
         return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos, budget=budget)
 
     total, done = len(methods) * (1 + len(batch_sizes)), 0
