@@ -72,12 +72,13 @@ class VanillaDrafter(Drafter):
         check_window(self.model.config, positions + self.max_gamma, "the draft model")
         self.positions = positions
 
-    def _step(self, new_tokens: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Feed tokens the draft has not seen; return the logits [V] after the last one and their argmax []."""
+    def _step(self, new_tokens: list[int], greedy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed tokens the draft has not seen; return the logits [V] after the last one and, when `greedy`, their
+        argmax [] (free from a compiled graph; a pass over the logits otherwise, so not when sampling)."""
         ids = torch.tensor([new_tokens], device=self.device)
         out = self.forward(ids, self.cache)
         self.seen.extend(new_tokens)
-        return out.logits[0, -1], greedy_ids(out)[0, -1]
+        return out.logits[0, -1], greedy_ids(out)[0, -1] if greedy else None
 
     def greedy_token(self, logits: torch.Tensor, best: torch.Tensor) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
@@ -108,10 +109,11 @@ class VanillaDrafter(Drafter):
         if cache_length(self.cache) > keep:
             crop(self.cache, keep)
         self.seen = self.seen[:keep]
-        logits, best = self._step(state.tokens[keep:])
+        greedy = state.sampling.greedy
+        logits, best = self._step(state.tokens[keep:], greedy)
         tokens, qs = [], []
         for i in range(n):
-            if state.sampling.greedy:  # no distribution needed: greedy verification compares tokens
+            if greedy:  # no distribution needed: greedy verification compares tokens
                 x = self.greedy_token(logits, best)
             else:
                 q = self._pad(logits_to_probs(logits, state.sampling))  # [V]
@@ -121,8 +123,8 @@ class VanillaDrafter(Drafter):
             if self.confidence and float(torch.softmax(logits.float(), -1)[x]) < self.confidence:
                 break  # the draft doubts this token: verify what we have rather than draft on
             if i + 1 < n:
-                logits, best = self._step([x])
-        q_probs = None if state.sampling.greedy else torch.stack(qs)  # [n, V]
+                logits, best = self._step([x], greedy)
+        q_probs = None if greedy else torch.stack(qs)  # [n, V]
         return Draft.chain(tokens, q_probs)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:

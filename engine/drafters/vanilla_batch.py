@@ -32,7 +32,7 @@ class BatchedChains:
         self.cache = self.forward.new_cache(max(d.positions for d in drafters) + drafters[0].max_gamma)
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
 
-    def _forward(self, feeds: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+    def _forward(self, feeds: list[list[int]], greedy: bool) -> tuple[torch.Tensor, list[int] | None]:
         """Feed row b the tokens `feeds[b]` after its seen ones; the logits [B, V] after each row's last fed token
         (meaningless for a row fed nothing)."""
         B, S = len(feeds), max(1, max(map(len, feeds)))
@@ -55,7 +55,8 @@ class BatchedChains:
         out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device))
         last = torch.tensor([max(len(f), 1) - 1 for f in feeds], device=out.logits.device)
         rows = torch.arange(B, device=last.device)
-        return out.logits[rows, last], greedy_ids(out)[rows, last].tolist()  # [B, V], each row's argmax
+        best = greedy_ids(out)[rows, last].tolist() if greedy else None  # each row's argmax, when any row is greedy
+        return out.logits[rows, last], best  # [B, V]
 
     @torch.no_grad()
     def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
@@ -77,10 +78,11 @@ class BatchedChains:
         tokens: list[list[int]] = [[] for _ in rows]
         qs: list[list[torch.Tensor]] = [[] for _ in rows]
         live = [w > 0 for w in want]
+        greedy = any(s.sampling.greedy for s in states)
         while True:
             for b, feed in enumerate(feeds):
                 rows[b].seen.extend(feed)
-            logits, best = self._forward(feeds)  # [B, V], [B]
+            logits, best = self._forward(feeds, greedy)  # [B, V], [B] or None
             feeds = [[] for _ in rows]
             for b, d in enumerate(rows):
                 if not live[b]:
