@@ -146,6 +146,8 @@ class CompiledForward(torch.nn.Module):
         device = ids.device
         if positions is None:
             positions = torch.arange(past, past + S, device=device)[None].repeat(B, 1)  # contiguous, as callers'
+        if ids.stride() != (S, 1):  # the graphs guard on strides: a caller's slice would compile graphs of its own
+            ids = ids.clone(memory_format=torch.contiguous_format)
         kwargs = {
             "input_ids": ids,
             "attention_mask": self._full_mask(mask, S, past, cache.capacity, device),

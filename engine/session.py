@@ -17,6 +17,7 @@ from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.forward import COMPILE_STEPS, CompileReport, compile_model
+from engine.heads.compiled_step import compile_head, compiles_drafting
 from engine.models import BUNDLED_TARGET, LoadedModel, load_model
 from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
@@ -59,6 +60,9 @@ class RaceSettings:
         }
 
 
+COMPILED_HEADS = {"eagle": "EAGLE", "eagle3": "EAGLE-3"}  # part key -> label: heads whose drafting step compiles
+
+
 @dataclass
 class Session:
     """A loaded target and the parts (draft model, heads) its drafters need, keyed by part key."""
@@ -85,8 +89,8 @@ class Session:
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
         true stops the load between the target and its parts (GlanceError "loading cancelled"); `progress(done,
         total, what)` is told before each model or part starts loading. `compile`: compile the target's and the draft
-        model's forwards (engine/forward.py) and warm them up now; a model that fails to compile stays eager and
-        `compile_notes` says why."""
+        model's forwards (engine/forward.py) and the EAGLE heads' drafting steps (engine/heads/compiled_step.py),
+        and warm them up now; one that fails to compile stays eager and its report says why."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
@@ -94,7 +98,8 @@ class Session:
         entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
         chosen = cls._part_paths(bundled, entry, paths)
         to_load = [k for k in chosen if k in parts_needed(methods)]
-        total = len(to_load) + 1 + (COMPILE_STEPS * (1 + ("draft" in to_load)) if compile else 0)
+        heads = sum(k in COMPILED_HEADS for k in to_load)
+        total = len(to_load) + 1 + (COMPILE_STEPS * (1 + ("draft" in to_load)) + heads if compile else 0)
         steps = iter(range(total))
 
         def report(what: str) -> None:
@@ -112,8 +117,8 @@ class Session:
         return session
 
     def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
-        """Compile the target's forward and the draft model's (if loaded), warmed up; the reports say how long each
-        took, or why it stays eager."""
+        """Compile the target's forward, the draft model's and the EAGLE heads' drafting steps (those loaded),
+        warmed up; the reports say how long each took, or why it stays eager."""
         torch._dynamo.reset()  # graphs of earlier models hold their weights (frozen in, on a CPU): drop them
         models = [("the target", self.target.model)]
         draft = self.parts.get("draft")
@@ -123,6 +128,15 @@ class Session:
             if cancel is not None and cancel():
                 raise GlanceError("loading cancelled")
             self.compiled.append(compile_model(model, name, progress))
+        for key, label in COMPILED_HEADS.items():  # EAGLE's drafting steps: head forward and read-out, one graph
+            head = self.parts.get(key)
+            if head is None or not compiles_drafting(head):
+                continue
+            if cancel is not None and cancel():
+                raise GlanceError("loading cancelled")
+            if progress is not None:
+                progress(0, 1, f"compiling the {label} head's drafting step (once per session)")
+            self.compiled.append(compile_head(head, f"the {label} head"))
         return self.compiled
 
     @staticmethod

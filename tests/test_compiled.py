@@ -19,7 +19,9 @@ from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, greedy_ids, register, uncompile
+from engine.heads.compiled_step import CompiledDraftStep, compile_head, compiled_step_of, uncompile_head
 from engine.heads.eagle3 import Eagle3Head
+from engine.heads.readout import draft_step
 from engine.static_cache import StaticKVCache
 from engine.tree import additive_mask
 from tests.conftest import perturbed_copy, tiny_model
@@ -124,27 +126,36 @@ def test_static_cache_edits_match_the_dynamic_cache_edits():
 
 @pytest.fixture(scope="module")
 def compiled():
-    """A 4-layer Llama target and a 2-layer draft, compiled and warmed up once for the module."""
+    """A 4-layer Llama target, a 2-layer draft and the EAGLE heads' drafting steps, compiled and warmed up once for
+    the module; `make` builds drafters over these same heads."""
     target = deep_target("llama", seed=0, vocab=96)
     draft = perturbed_copy(target, 0.3)
-    eager = decode_all(target, makers(target, draft), PROMPTS)  # before compiling: the eager path's tokens
+    make = makers(target, draft)
+    eager = decode_all(target, make, PROMPTS)  # before compiling: the eager path's tokens
+    heads = [make["eagle"]().head, make["eagle3"]().head]
     reports = [compile_model(target, "the target"), compile_model(draft, "the draft model")]
-    yield target, draft, eager, reports
+    reports += [compile_head(heads[0], "the EAGLE head"), compile_head(heads[1], "the EAGLE-3 head")]
+    yield target, draft, eager, reports, make
     uncompile(target)
     uncompile(draft)
+    for head in heads:
+        uncompile_head(head)
 
 
 def test_compiling_reports_its_time_and_registers_the_forward(compiled):
-    target, draft, _, reports = compiled
+    target, draft, _, reports, make = compiled
     assert all(r.compiled for r in reports), [r.line() for r in reports]
     assert reports[0].line().startswith("compiled the target in ")
+    assert reports[3].line().startswith("compiled the EAGLE-3 head in ")
     assert isinstance(forward_for(target), CompiledForward) and forward_for(target).graph is not None
+    for method in ("eagle", "eagle3"):
+        assert compiled_step_of(make[method]().head) is not None
 
 
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
     """The target and its draft have the same architecture, and on a CPU each graph
     holds its model's weights as constants: each must still compute with its own, over its own cache."""
-    target, draft, _, _ = compiled
+    target, draft, _, _, _ = compiled
     ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         for model in (target, draft, target):
@@ -157,10 +168,14 @@ def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(comp
 
 
 def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compiled):
-    target, draft, eager, _ = compiled
-    make = makers(target, draft)
+    target, draft, eager, _, make = compiled
+    calls = {}
+    for method in ("eagle", "eagle3"):  # count the heads' compiled steps: drafting must run them
+        step = compiled_step_of(make[method]().head)
+        step.graph = counted(step.graph, calls, method)
     first = decode_all(target, make, PROMPTS)
     assert first == eager
+    assert calls["eagle"] > NEW and calls["eagle3"] > NEW, calls
     graphs = counters["stats"]["unique_graphs"]
     again = decode_all(target, make, PROMPTS[::-1])  # other prompt lengths, other tree sizes: the same graphs
     assert again == {m: t[::-1] for m, t in eager.items()}
@@ -170,17 +185,67 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
 def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(compiled):
     """The sweep warms up batched graphs before its timed cells; a batch run, vanilla's batched draft included, must
     then find every graph it needs (a miss once cost vanilla's first batch-2 cell three compiles: 0.4x)."""
-    target, draft, eager, _ = compiled
-    make = makers(target, draft)
+    target, draft, eager, _, make = compiled
     for model in (target, draft):
         forward_for(model).warm_up(2)
+    for method in ("eagle", "eagle3"):  # the heads' batched drafting steps, as the sweep warms them up
+        compiled_step_of(make[method]().head).warm_up(2)
     graphs = counters["stats"]["unique_graphs"]
-    for method in ("ar", "vanilla", "eagle"):
+    for method in ("ar", "vanilla", "eagle", "eagle3"):
         assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
     assert counters["stats"]["unique_graphs"] == graphs
 
 
+def counted(graph, calls: dict, key: str):
+    def run(*args, **kwargs):
+        calls[key] = calls.get(key, 0) + 1
+        return graph(*args, **kwargs)
+
+    return run
+
+
 # ---- falling back ---------------------------------------------------------------------------------------------------
+
+
+def test_a_head_that_fails_to_compile_drafts_eager_with_one_line(monkeypatch):
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    head = random_head(target)
+
+    def broken(fn, **_):
+        def run(*args, **kwargs):
+            raise RuntimeError("InductorError: no working C++ compiler\n(long traceback)")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken)
+    report = compile_head(head, "the EAGLE head")
+    assert not report.compiled and "\n" not in report.line()
+    assert report.line().startswith("torch.compile failed for the EAGLE head (") and "eager" in report.line()
+    assert compiled_step_of(head) is None and draft_step(head).compiled is None
+    drafter = EagleDrafter(head, top_k=3, depth=3, total_tokens=8)
+    assert (
+        Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1]).tokens == reference(target, PROMPTS[1])[:NEW]
+    )
+
+
+def test_a_head_graph_that_fails_mid_run_finishes_the_run_eager():
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    head = random_head(target)
+    step = CompiledDraftStep(head)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("recompile failed")
+
+    step.graph = broken
+    draft_step(head).__dict__["compiled"] = step
+    try:
+        drafter = EagleDrafter(head, top_k=3, depth=3, total_tokens=8)
+        res = Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1])
+        assert res.tokens == reference(target, PROMPTS[1])[:NEW]
+        assert step.failure.startswith("torch.compile failed (recompile failed)") and step.graph is None
+        assert compiled_step_of(head) is None  # the next run drafts eager from the start
+    finally:
+        uncompile_head(head)
 
 
 def test_a_failed_compile_leaves_the_model_eager_with_one_line(monkeypatch):
@@ -225,7 +290,7 @@ def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
 def test_the_compiled_graph_returns_every_rows_argmax(compiled):
     """Greedy verification, lookahead's guesses and vanilla's greedy drafts read the argmax the graph computes: it
     must be the argmax of the logits it returns, on one row and on several."""
-    target, _, _, _ = compiled
+    target, _, _, _, _ = compiled
     ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(5))
     forward = forward_for(target)
     with torch.no_grad():

@@ -14,6 +14,7 @@ from engine.drafters.eagle3 import Eagle3Drafter
 from engine.errors import GlanceError
 from engine.features import default_feature_layers, layer_inputs
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
+from engine.heads.readout import draft_step
 from engine.sampling import SamplingConfig
 from engine.train.eagle3 import frequent_tokens, target_view, ttt_loss, ttt_visibility
 from tests.conftest import SMALL, VOCAB
@@ -127,7 +128,8 @@ def test_eagle3_drafts_a_batch_in_one_head_call_per_depth(saved_head):
     target, folder, _ = saved_head
     head = load_eagle3_head(folder, target)
     make = lambda: Eagle3Drafter(head, top_k=3, depth=3, total_tokens=8)  # noqa: E731
-    batched, alone, batched_calls, alone_calls = batched_and_alone(target, make, PROMPTS + [[5, 5, 5, 5]], head)
+    prompts = PROMPTS + [[5, 5, 5, 5]]
+    batched, alone, batched_calls, alone_calls = batched_and_alone(target, make, prompts, draft_step(head))
     assert batched == alone and any(ids for row in batched.values() for _, _, ids in row)
     assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)
 

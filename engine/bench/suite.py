@@ -15,7 +15,7 @@ from engine.chat import encode_prompt, stop_ids, use_chat
 from engine.decoder import Decoder
 from engine.errors import GlanceError
 from engine.forward import forward_for
-from engine.heads.readout import candidates
+from engine.heads.readout import candidates, draft_step
 from engine.models import LoadedModel
 from engine.sampling import SamplingConfig
 from engine.stats import RunStats
@@ -58,6 +58,7 @@ class BenchSetup:
             elif isinstance(part, torch.nn.Module):
                 mods.append(part)
                 mods.append(candidates(part))  # the head's top-k read-out (engine/heads/readout.py)
+                mods.append(draft_step(part))  # EAGLE's head forward and read-out in one call (compiled or not)
         # A compiled forward runs the graph, not the model's module call: its own module's hooks time it.
         return mods + [f for f in map(forward_for, mods[:1] + mods[3:]) if isinstance(f, torch.nn.Module)]
 

@@ -23,7 +23,7 @@ from engine.drafters.eagle_batch import BatchedTrees
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
-from engine.heads.readout import candidates
+from engine.heads.readout import draft_step
 from engine.models import BUNDLED_EAGLE
 from engine.tree import Draft
 
@@ -79,6 +79,8 @@ class EagleDrafter(Drafter):
         self.cache = None
         self.pending: tuple[list[int], torch.Tensor] | None = None  # committed pairs not yet in the head cache
         self.dtype = next(head.parameters()).dtype
+        # candidates read per drafted row: the root's and every node's children come from the same top-k
+        self.k_read = top_k if dynamic else max(max(p[0] for p in self.paths), max(p[-1] for p in self.paths)) + 1
         self._causal: torch.Tensor | None = None  # [n, n] additive upper triangle, cut to size per step
 
     def reset(self) -> None:
@@ -105,10 +107,6 @@ class EagleDrafter(Drafter):
         """Keep only the committed pairs in the head's cache: draft entries were only for drafting."""
         crop(self.cache, committed)
 
-    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        """The target ids of the head's output ids (the same vocabulary here)."""
-        return ids
-
     def _mask(self, committed: int, ancestors: list[list[int]] | None, fed: int, dtype, device) -> torch.Tensor | None:
         """[1, 1, m, committed + fed + m] additive: each new row sees the committed pairs, the fed entries listed in
         its `ancestors` (slots counted after the committed pairs) and itself; `ancestors` None with `m` = fed: the
@@ -129,17 +127,24 @@ class EagleDrafter(Drafter):
         mask = torch.cat([torch.zeros(m, committed, dtype=dtype), torch.from_numpy(drafted).to(dtype)], dim=1)
         return mask[None, None].to(device)
 
-    def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask) -> torch.Tensor:
+    def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask):
+        """One head forward and its read-out (engine/heads/readout.py): outputs [m, H], the top `k_read`
+        candidates' log-probs and target ids [m, k_read]."""
         dev = feats.device
-        out = self.head(
-            torch.tensor([tokens], device=dev), feats[None], torch.tensor([positions], device=dev), self.cache, mask
+        out, values, ids = draft_step(self.head)(
+            torch.tensor([tokens], device=dev),
+            feats[None],
+            torch.tensor([positions], device=dev),
+            self.cache,
+            mask,
+            self.k_read,
         )
-        return out[0]  # [m, H]
+        return out[0], values[0], ids[0]
 
-    def top_lists(self, outs: torch.Tensor, k: int) -> list[tuple[list, list]]:
-        """Per row of head outputs [m, H]: the top-k token ids (target ids) and log-probs, one copy each."""
-        top = candidates(self.head)(outs, k)  # [m, k]
-        return list(zip(self.token_ids(top.indices).tolist(), top.values.tolist()))
+    @staticmethod
+    def top_lists(values: torch.Tensor, ids: torch.Tensor) -> list[tuple[list, list]]:
+        """Per row of a read-out [m, k]: the candidates' target ids and log-probs as lists, one copy each."""
+        return list(zip(ids.tolist(), values.tolist()))
 
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
@@ -149,21 +154,21 @@ class EagleDrafter(Drafter):
         base = cache_length(self.cache)
         toks, feats = self.pending
         m = len(toks)
-        out = self._feed(
+        out, values, ids = self._feed(
             toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
         )
         self.pending = None
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
         tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))
-        (root_top,) = self.top_lists(root_feat[None], tree.k_root)
+        (root_top,) = self.top_lists(values[-1:], ids[-1:])
         tree.start(root_top)
         while (step := tree.next_inputs()) is not None:
             tokens, in_feats, ancestors = step
             mask = self._mask(committed, ancestors, tree.fed, dtype, root_feat.device)
             positions = [committed - 1 + tree.depth - 1] * len(tokens)
-            outs = self._feed(tokens, in_feats, positions, mask)
-            tree.absorb(outs, self.top_lists(outs, tree.k_child))  # one LM-head call per depth
+            outs, values, ids = self._feed(tokens, in_feats, positions, mask)  # one head and read-out call per depth
+            tree.absorb(outs, self.top_lists(values, ids))
         self._drop_drafts(committed)
         return self.finish(tree.draft())
 
@@ -207,9 +212,6 @@ class GrowingTree:
         self.frontier: list[int] = []
         self.fed = 0  # draft entries fed to the head so far
         self.depth = 1  # depth of the frontier
-        paths = drafter.paths
-        self.k_root = drafter.top_k if drafter.dynamic else max(p[0] for p in paths) + 1
-        self.k_child = drafter.top_k if drafter.dynamic else max(p[-1] for p in paths) + 1
 
     def _add_children(self, parent: int, feat: torch.Tensor, top: tuple[list, list], base: float, ranks) -> list:
         """Children of `parent` at the given ranks of its top candidates (ids, log-probs as Python lists)."""

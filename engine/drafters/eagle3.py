@@ -60,9 +60,6 @@ class Eagle3Drafter(EagleDrafter):
     def _drop_drafts(self, committed: int) -> None:
         self.cache.crop(committed)
 
-    def token_ids(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head.to_target(ids)
-
     def settings(self) -> dict:
         return {
             "mode": "eagle-3",

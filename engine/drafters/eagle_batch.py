@@ -1,5 +1,5 @@
-"""EAGLE drafting for a whole batch: one head forward and one LM-head call per depth for every row's frontier,
-instead of one per row and depth.
+"""EAGLE drafting for a whole batch: one head forward and read-out per depth for every row's frontier, instead of
+one per row and depth.
 
 Each row keeps its own EagleDrafter (its pending (token, feature) pairs, its settings) and grows its own tree
 (`GrowingTree`), so every row drafts the tree it would draft alone. The rows share one batched head cache: a row's
@@ -14,6 +14,7 @@ import torch
 
 from engine.cache import cache_length, pack_columns
 from engine.drafters.base import DecodeState
+from engine.heads.readout import draft_step
 from engine.tree import Draft, additive_mask
 
 
@@ -30,13 +31,16 @@ class BatchedTrees:
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
 
     def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[list[int]]]]) -> dict:
-        """One head forward. feeds[b] = (tokens, features [n, H], positions, columns each new entry may see besides
-        itself). Returns {b: (outputs [n, H], the columns the new entries took)}."""
-        B, S = len(self.rows), max(len(f[0]) for f in feeds.values())
+        """One head forward and read-out. feeds[b] = (tokens, features [n, F], positions, columns each new entry may
+        see besides itself). Returns {b: (outputs [n, H], the columns the new entries took, per new entry its
+        candidates (target ids, log-probs) as lists)}."""
+        # at least two entries per row (padding: never seen, packed away), so a compiled step has one graph for
+        # every batch forward rather than one more for a single new entry
+        B, S = len(self.rows), max(2, max(len(f[0]) for f in feeds.values()))
         width = cache_length(self.cache)
         hidden = next(iter(feeds.values()))[1].shape[-1]
         ids = torch.zeros(B, S, dtype=torch.long)
-        feats = torch.zeros(B, S, hidden, dtype=self.dtype)
+        feats = torch.zeros(B, S, hidden, dtype=self.dtype)  # [B, S, F]
         positions = torch.zeros(B, S, dtype=torch.long)
         visible = torch.zeros(B, S, width + S, dtype=torch.bool)
         visible[:, torch.arange(S), width + torch.arange(S)] = True  # every entry sees itself (padding too)
@@ -48,14 +52,19 @@ class BatchedTrees:
             for r, cols in enumerate(sees):
                 visible[b, r, cols] = True
         device = next(self.head.parameters()).device
-        out = self.head(
+        out, values, top = draft_step(self.head)(
             ids.to(device),
             feats.to(device),
             positions.to(device),
             self.cache,
             additive_mask(visible, self.dtype, device),  # [B, 1, S, width + S]
-        )  # [B, S, H]
-        return {b: (out[b, : len(f[0])], list(range(width, width + len(f[0])))) for b, f in feeds.items()}
+            self.rows[0].k_read,
+        )  # [B, S, H], [B, S, k], [B, S, k]
+        values, top = values.tolist(), top.tolist()  # one copy each for every row
+        return {
+            b: (out[b, :n], list(range(width, width + n)), list(zip(top[b][:n], values[b][:n])))
+            for b, n in ((b, len(f[0])) for b, f in feeds.items())
+        }
 
     @torch.no_grad()
     def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
@@ -79,10 +88,8 @@ class BatchedTrees:
             self.cols[b] += outs[b][1]
             committed[b] = len(self.cols[b])
             trees[b] = self.grow(rows[b], outs[b][0][-1], min(rows[b].levels, max_tokens[b]))
-        roots = torch.stack([trees[b].root_feat for b in live])  # [rows, H]
-        first = rows[live[0]]
-        for b, top in zip(live, first.top_lists(roots, trees[live[0]].k_root)):
-            trees[b].start(top)
+        for b in live:
+            trees[b].start(outs[b][2][-1])  # the root's candidates: the last pending pair's read-out
         slots = {b: [] for b in live}  # row b's draft entries' columns, by slot
         while True:
             feeds = {}
@@ -96,14 +103,10 @@ class BatchedTrees:
             if not feeds:
                 break
             outs = self._forward(feeds)
-            together = torch.cat([outs[b][0] for b in feeds])  # [all frontier nodes, H]: one LM-head call
-            tops = first.top_lists(together, trees[live[0]].k_child)
-            at = 0
             for b in feeds:
-                out, cols = outs[b]
+                out, cols, tops = outs[b]
                 slots[b] += cols
-                trees[b].absorb(out, tops[at : at + len(cols)])
-                at += len(cols)
+                trees[b].absorb(out, tops)
         for b in live:
             drafts[b] = rows[b].finish(trees[b].draft())
         return drafts

@@ -100,6 +100,14 @@ class EagleHead(nn.Module):
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         return self.lm_head(features)
 
+    def to_target(self, ids: torch.Tensor) -> torch.Tensor:
+        """The target ids of the head's output ids: the same vocabulary."""
+        return ids
+
+    def feature_widths(self) -> tuple[int, ...]:
+        """The widths of the features drafting feeds: the target's last hidden state, then the head's own."""
+        return (self.cfg["hidden_size"],)
+
     def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
 

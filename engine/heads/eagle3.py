@@ -227,6 +227,10 @@ class Eagle3Head(nn.Module):
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         return self.lm_head(self.norm(out))
 
+    def feature_widths(self) -> tuple[int, ...]:
+        """The widths of the features drafting feeds: the fused target features [3H], then the head's outputs."""
+        return (self.fc.in_features, self.cfg["hidden_size"])
+
     def save(self, folder: str | Path) -> None:
         from safetensors.torch import save_file
 
