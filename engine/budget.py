@@ -16,7 +16,8 @@ from engine.errors import GlanceError
 from engine.tree import Draft, node_depths
 
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
-EXPLORE_EVERY = 6  # then every 6th step drafts uncapped or tries the next cap in turn: every estimate stays fresh
+EXPLORE_EVERY = 6  # then every 6th step probes one depth past the best cap: the next estimate up stays fresh
+DEEP_EVERY = 4  # and every 4th probe drafts uncapped, so deep acceptance is relearned (it costs most where it loses)
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 
 
@@ -64,12 +65,15 @@ class CostAwareBudget(FullBudget):
             return None
         if self.steps == WARMUP_STEPS - 1:
             return 0  # measure a plain step: the baseline every cap must beat
-        if self.steps % EXPLORE_EVERY == 0:  # uncapped every other time (deep acceptance), else the next cap
-            turn = self.steps // EXPLORE_EVERY
-            return None if turn % 2 else (turn // 2) % (self.max_depth + 1)
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
-        return max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
+        best = max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
+        if self.steps % EXPLORE_EVERY == 0:  # a probe: one depth past the best, now and then uncapped
+            # (it used to alternate uncapped drafts with every cap in turn: where plain steps win, each such probe
+            # cost several plain steps, and the budget's own measuring held drafters below 1x off the suite)
+            deep = (self.steps // EXPLORE_EVERY) % DEEP_EVERY == 0
+            return None if deep or best >= self.max_depth else best + 1
+        return best
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep."""

@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.budget import WARMUP_STEPS, CostAwareBudget, FullBudget, make_budget
+from engine.budget import DEEP_EVERY, EXPLORE_EVERY, WARMUP_STEPS, CostAwareBudget, FullBudget, make_budget
 from engine.errors import GlanceError
 from engine.session import RaceSettings
 from engine.tree import Draft
@@ -31,6 +31,19 @@ def test_slow_verification_and_poor_acceptance_lead_to_plain_steps():
     later = caps[WARMUP_STEPS:]
     assert later.count(0) > 0.7 * len(later)  # mostly plain steps: exploration keeps a few others
     assert caps[WARMUP_STEPS - 1] == 0  # a plain step is measured early
+
+
+def test_where_plain_steps_win_the_probes_stay_shallow():
+    """Exploring costs most where drafting loses: probes go one depth past the best cap, and only one probe in
+    DEEP_EVERY drafts uncapped (it used to be every other one, and cycled through every cap)."""
+    budget = CostAwareBudget()
+    caps = run(budget, 240, lambda d: 0, lambda d: 0.010 * (1 + 0.5 * d))  # nothing is ever accepted
+    probes = [c for i, c in enumerate(caps) if i >= WARMUP_STEPS and i % EXPLORE_EVERY == 0]
+    assert set(probes) == {None, 1}, probes
+    assert probes.count(None) <= len(probes) // DEEP_EVERY + 1
+    assert [c for i, c in enumerate(caps) if i >= WARMUP_STEPS and i % EXPLORE_EVERY] == [0] * (
+        len(caps) - WARMUP_STEPS - len(probes)
+    )
 
 
 def test_cheap_verification_and_good_acceptance_lead_to_full_depth():
