@@ -166,3 +166,28 @@ def test_the_cost_model_stops_when_cancelled_and_reports_progress():
     assert forward_costs(tiny_model("llama"), sizes=(1, 2), context=8, repeats=3, cancel=lambda: True) == {}
     costs = forward_costs(tiny_model("llama"), sizes=(1, 2), context=8, repeats=3, progress=lambda *a: seen.append(a))
     assert set(costs) == {1, 2} and [d for d, _, _ in seen] == [0, 1, 2] and "cost model" in seen[0][2]
+
+
+def test_forward_costs_time_each_shape_on_its_second_run(monkeypatch):
+    """The first forward of a shape right after another one ran slower than decoding, which repeats one shape, ever
+    sees (it inflated the sweep's one-token cost and every prediction with it): each size runs twice, the second
+    is timed."""
+    from engine.bench import cost
+    from engine.forward import ModelForward
+    from tests.conftest import tiny_model
+
+    model = tiny_model("llama", seed=0)
+    widths = []
+
+    class Counting(ModelForward):
+        def __call__(self, ids, cache, *args, **kwargs):
+            widths.append(ids.shape[1])
+            return super().__call__(ids, cache, *args, **kwargs)
+
+    monkeypatch.setattr(cost, "forward_for", Counting)
+    costs = cost.forward_costs(model, sizes=(1, 3), context=8, repeats=2)
+    assert set(costs) == {1, 3} and all(v > 0 for v in costs.values())
+    assert widths == [8, 1, 1, 3, 3, 1, 1, 3, 3]  # the prefill, then every size twice per round
+    widths.clear()
+    grid = cost.forward_grid(model, [1, 2], sizes=(1, 2), context=8, repeats=1)
+    assert set(grid) == {1, 2} and widths == [8, 8, 1, 1, 2, 2, 1, 1, 2, 2]
