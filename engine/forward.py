@@ -249,6 +249,12 @@ def register(model: torch.nn.Module, forward: CompiledForward) -> None:
     _REGISTRY[model] = forward
 
 
+def forget_compiled() -> None:
+    """Drop every registered compiled forward. Each one holds its model (the registry's values keep their keys
+    alive), so without this a reloaded session kept every earlier compiled model in memory."""
+    _REGISTRY.clear()
+
+
 def uncompile(model: torch.nn.Module) -> None:
     """Go back to the eager forward for `model` (tests, and a user who turns compiling off)."""
     _REGISTRY.pop(model, None)

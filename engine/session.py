@@ -16,8 +16,8 @@ from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.forward import COMPILE_STEPS, CompileReport, compile_model
-from engine.heads.compiled_step import compile_head, compiles_drafting
+from engine.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
+from engine.heads.compiled_step import compile_head, compiles_drafting, forget_compiled_steps
 from engine.models import BUNDLED_TARGET, LoadedModel, load_model
 from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
@@ -120,6 +120,8 @@ class Session:
         """Compile the target's forward, the draft model's and the EAGLE heads' drafting steps (those loaded),
         warmed up; the reports say how long each took, or why it stays eager."""
         torch._dynamo.reset()  # graphs of earlier models hold their weights (frozen in, on a CPU): drop them
+        forget_compiled()  # and the compiled forwards and drafting steps, which hold their models and heads
+        forget_compiled_steps()
         models = [("the target", self.target.model)]
         draft = self.parts.get("draft")
         if isinstance(draft, LoadedModel):

@@ -299,3 +299,26 @@ def test_the_compiled_graph_returns_every_rows_argmax(compiled):
         for width in (1, 3):
             out = forward(ids[:, 8 : 8 + width], cache)
             assert out.greedy is not None and torch.equal(out.greedy, out.logits.float().argmax(-1))
+
+
+def test_forgetting_compiled_forwards_and_steps_frees_their_models_and_heads():
+    """A new compiled session forgets earlier compiled forwards and drafting steps (Session.compile_models): each
+    holds its model or head, and the registries' values kept their keys alive, so every reload leaked them."""
+    import gc
+    import weakref
+
+    from engine.forward import forget_compiled
+    from engine.heads.compiled_step import forget_compiled_steps
+
+    target = tiny_model("llama", seed=0)
+    head = random_head(target)
+    register(target, CompiledForward(target, compile=False))
+    draft_step(head).__dict__["compiled"] = CompiledDraftStep(head)  # torch.compile is lazy: nothing compiles
+    refs = [weakref.ref(target), weakref.ref(head)]
+    del target, head
+    gc.collect()
+    assert all(r() is not None for r in refs)  # held by the registries alone
+    forget_compiled()
+    forget_compiled_steps()
+    gc.collect()
+    assert all(r() is None for r in refs)

@@ -19,7 +19,7 @@ import torch
 from engine.cache import cache_length
 from engine.errors import reason
 from engine.forward import CompileReport
-from engine.heads.readout import draft_step, run_draft_step
+from engine.heads.readout import draft_step, draft_steps, run_draft_step
 
 
 def _step_function(head: torch.nn.Module):
@@ -135,6 +135,13 @@ def compiled_step_of(head: torch.nn.Module) -> CompiledDraftStep | None:
     """The head's compiled drafting step while it is in use, else None."""
     compiled = draft_step(head).compiled
     return compiled if compiled is not None and compiled.graph is not None else None
+
+
+def forget_compiled_steps() -> None:
+    """Every head drafts eager again: a compiled step holds its head, which would keep earlier sessions' heads
+    in memory."""
+    for step in draft_steps():
+        step.__dict__["compiled"] = None
 
 
 def uncompile_head(head: torch.nn.Module) -> None:

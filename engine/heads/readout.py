@@ -80,3 +80,8 @@ def draft_step(head: nn.Module) -> DraftStep:
     if step is None:
         step = _STEPS[head] = DraftStep(head)
     return step
+
+
+def draft_steps() -> list[DraftStep]:
+    """Every head's DraftStep made so far (live heads only)."""
+    return list(_STEPS.values())
