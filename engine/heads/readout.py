@@ -5,7 +5,7 @@ runs inside a module that the benchmark's clock times as model compute (engine/b
 reports as overhead is then the drafting loop's own host work (tree building, masks, transfers).
 
 EAGLE's heads draft depth by depth: a head forward, then its read-out. `draft_step(head)` does both in one call,
-eager by default; `compile_draft_step(head)` compiles it as one graph per head (engine/heads/compiled_step.py).
+eager by default; `compile_head(head)` compiles it as one graph per head (engine/heads/compiled_step.py).
 """
 
 from __future__ import annotations
