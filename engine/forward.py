@@ -64,6 +64,21 @@ class ModelForward:
         return out
 
 
+def trusted_guards(entries) -> list[bool]:
+    """Which of dynamo's guards a compiled graph keeps checking on every call: those on its inputs (shapes, strides,
+    dtypes, the cache's tensors and lengths), not those on nn modules' attributes or on globals. A graph compiled
+    for a CPU already holds the weights as constants (freezing), so a model or head must not change after compiling
+    anyway; checking those guards cost 0.35 ms per call of the bundled target (dynamo's lookup: 441 us, now 95)."""
+    modules = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
+    globals_ = torch.compiler.skip_guard_on_globals_unsafe(entries)
+    return [a and b for a, b in zip(modules, globals_)]
+
+
+def compile_function(fn: Callable) -> Callable:
+    """`fn` under torch.compile as Glance compiles every decoding graph: symbolic sizes, input guards only."""
+    return torch.compile(fn, dynamic=True, options={"guard_filter_fn": trusted_guards})
+
+
 def _graph_function(model: torch.nn.Module) -> Callable:
     """What gets compiled for `model`: its forward plus each row's argmax (greedy verification and lookahead's
     guesses read it; fused into the graph it is nearly free, while aten's argmax over bf16 logits of 17 rows took
@@ -107,7 +122,7 @@ class CompiledForward(torch.nn.Module):
         self.frozen = next(model.parameters()).device.type == "cpu" and compile
         if self.frozen:
             torch._inductor.config.freezing = True
-        self.graph = torch.compile(_graph_function(model), dynamic=True) if compile else None
+        self.graph = compile_function(_graph_function(model)) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
 

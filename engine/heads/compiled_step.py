@@ -18,7 +18,7 @@ import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import CompileReport
+from engine.forward import CompileReport, compile_function
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 
 
@@ -37,7 +37,7 @@ class CompiledDraftStep:
 
     def __init__(self, head: torch.nn.Module) -> None:
         self.head = head
-        self.graph = torch.compile(_step_function(head), dynamic=True)
+        self.graph = compile_function(_step_function(head))
         self.strict = False  # while warming up: a compile error propagates
         self.failure: str | None = None
 
