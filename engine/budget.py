@@ -7,6 +7,7 @@ stays exactly the target's.
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass, field
 
@@ -16,8 +17,12 @@ from engine.errors import GlanceError
 from engine.tree import Draft, node_depths
 
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
-EXPLORE_EVERY = 6  # then every 6th step probes one depth past the best cap: the next estimate up stays fresh
+EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
 DEEP_EVERY = 4  # and every 4th probe drafts uncapped, so deep acceptance is relearned (it costs most where it loses)
+# Probes come 4 to 8 steps apart, not every 6th: code repeats in short periods, and a fixed interval that is a
+# multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
+# always missed: every probe landed on that token, and the budget never saw the two it got right)
+PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 
 
@@ -46,16 +51,21 @@ class FullBudget:
 class CostAwareBudget(FullBudget):
     """The depth cap with the most expected tokens per second, re-chosen every step.
 
-    Expected tokens at cap D: 1 + the chance the accepted path gets through depth 1, 2, ... D, from the acceptance
-    seen at each depth (any draft that reached a depth tells, whatever its cap). Seconds at cap D: the median of the
-    latest steps that drafted D deep (draft plus verify), linear between measured depths, flat beyond them."""
+    Expected tokens at cap D: 1 + the chance the accepted path gets through depth 1, 2, ... D: the product of the
+    acceptance seen at each depth *given* the path got that far (any draft that reached a depth with its path still
+    alive tells, whatever its cap). Seconds at cap D: the median of the latest steps that drafted D deep (draft plus
+    verify), linear between measured depths, flat beyond them."""
 
     name = "auto"
     steps: int = 0
     max_depth: int = 0  # deepest draft seen in this run
-    reached: list[float] = field(default_factory=list)  # per depth (index 0 = depth 1): steps whose draft reached it
+    # per depth (index 0 = depth 1): steps whose draft reached it with the accepted path alive at the depth above
+    reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
     recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
+    probes: int = 0
+    next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
+    rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
 
     def reset(self) -> None:
         self.__init__()
@@ -68,15 +78,18 @@ class CostAwareBudget(FullBudget):
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         best = max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
-        if self.steps % EXPLORE_EVERY == 0:  # a probe: one depth past the best, now and then uncapped
+        if self.steps >= self.next_probe:  # a probe: one depth past the best, now and then uncapped
             # (it used to alternate uncapped drafts with every cap in turn: where plain steps win, each such probe
             # cost several plain steps, and the budget's own measuring held drafters below 1x off the suite)
-            deep = (self.steps // EXPLORE_EVERY) % DEEP_EVERY == 0
+            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
+            self.probes += 1
+            deep = self.probes % DEEP_EVERY == 0
             return None if deep or best >= self.max_depth else best + 1
         return best
 
     def expected_tokens(self, cap: int) -> float:
-        """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep."""
+        """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep: the product of
+        the conditional acceptance of every depth down to it."""
         total, through = 1.0, 1.0
         for k in range(min(cap, self.max_depth)):
             through *= (self.accepted[k] + 1) / (self.reached[k] + 2)  # Laplace: an unseen depth counts as 1/2
@@ -115,7 +128,11 @@ class CostAwareBudget(FullBudget):
                 self.reached += [0.0] * grow
                 self.accepted += [0.0] * grow
                 self.max_depth = depth
-            for k in range(depth):
+            # Conditional counts: depth k + 1 was tried only if the path got through depth k. (Counting every
+            # draft that reached a depth made the product above multiply unconditional rates: with one in three
+            # first tokens accepted and nearly every second one after it, depth 2 counted as 1/3 x 1/3, not 1/3 x 1,
+            # and the budget drafted too shallow off the suite.)
+            for k in range(min(depth, got + 1)):
                 self.reached[k] += 1
                 self.accepted[k] += k < got
         kept = self.recent.setdefault(deepest, [])
