@@ -122,6 +122,10 @@ class CompiledForward(torch.nn.Module):
         self.frozen = next(model.parameters()).device.type == "cpu" and compile
         if self.frozen:
             torch._inductor.config.freezing = True
+            # Frozen linears that read the same input (q/k/v, gate/up) become one matrix product: each oneDNN call
+            # costs tens of microseconds on top of its arithmetic, and a one-token forward makes 57 of them.
+            # Interleaved here: the bundled target 12.3 -> 10.8 ms per one-token forward, the draft 2.1 -> 1.8 ms.
+            torch._inductor.config.cpp.enable_concat_linear = True
         self.graph = compile_function(_graph_function(model)) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
