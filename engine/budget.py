@@ -23,6 +23,11 @@ DEEP_EVERY = 4  # and every 4th probe drafts uncapped, so deep acceptance is rel
 # multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
 PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
+# While plain steps stay best, probes come twice as far apart: where drafting loses (the real model in float32 on a
+# CPU, where a drafted step costs 2-3 plain ones) probing every 6th step cost 10-15% of the run. Under a fixed cost
+# model where drafting loses, vanilla rose from 0.79x to 0.84x of plain decoding; backing off up to 8x gave 0.86x
+# but cost EAGLE-3 7% off the suite, where it must notice that drafting pays again (2x: 1%).
+MAX_BACKOFF = 1
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 
 
@@ -64,6 +69,7 @@ class CostAwareBudget(FullBudget):
     accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
     recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
     probes: int = 0
+    idle_probes: int = 0  # probes in a row made while plain steps were best
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
 
@@ -81,7 +87,9 @@ class CostAwareBudget(FullBudget):
         if self.steps >= self.next_probe:  # a probe: one depth past the best, now and then uncapped
             # (it used to alternate uncapped drafts with every cap in turn: where plain steps win, each such probe
             # cost several plain steps, and the budget's own measuring held drafters below 1x off the suite)
-            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
+            self.idle_probes = self.idle_probes + 1 if best == 0 else 0
+            backoff = 2 ** min(self.idle_probes - 1, MAX_BACKOFF) if self.idle_probes else 1
+            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS) * backoff
             self.probes += 1
             deep = self.probes % DEEP_EVERY == 0
             return None if deep or best >= self.max_depth else best + 1
