@@ -363,13 +363,14 @@ def cmd_bench(args) -> int:
     if args.limit:
         prompts = prompts[:: max(1, len(prompts) // args.limit)][: args.limit]
     options = _drafter_options(args)
+    sampling = SamplingConfig(args.temperature, args.top_p, args.seed)  # refused here, before loading and compiling
     wants = set(methods) | ({"vanilla"} if "hf_assisted" in methods else set())  # assisted runs vanilla's draft
     session = _load_session(args, [m for m in wants if m in METHODS], compile_by_default=True)
     setup = BenchSetup(
         session.target,
         session.parts,
         options,
-        SamplingConfig(args.temperature, args.top_p, args.seed),
+        sampling,
         args.max_new_tokens,
         chat=args.chat,
         draft_budget=args.draft_budget,  # None: auto for the suite, full for the sweep

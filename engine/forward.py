@@ -194,10 +194,10 @@ class CompiledForward(torch.nn.Module):
         return out
 
     def warm_up(self, rows: int = 1, name: str = "the model", progress: Progress | None = None) -> None:
-        """Compile the graphs decoding `rows` rows at a time uses (one new token; several; with `rows` > 1 also under
-        per-row masks, as the batch decoder and the batched draft pass them) now rather than in the middle of a timed
-        run: the sweep's first batch-2 cell of vanilla once compiled three graphs and ran at 0.4x. A compile error
-        propagates."""
+        """Compile the graphs decoding `rows` rows at a time uses (one new token; several; with `rows` > 1 only under
+        per-row masks, the only way the batch decoder and the batched draft call it) now rather than in the middle of
+        a timed run: the sweep's first batch-2 cell of vanilla once compiled three graphs and ran at 0.4x. A compile
+        error propagates."""
         device = next(self.model.parameters()).device
         self.strict = True
         try:
@@ -208,8 +208,9 @@ class CompiledForward(torch.nn.Module):
                     if progress is not None:
                         batch = f" in batches of {rows}" if rows > 1 else ""
                         progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
-                    self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)  # fresh: callers' strides
-                    if rows > 1:  # batches pass a mask per row [B, 1, S, past + S]: graphs of their own
+                    if rows == 1:  # one row: no mask (fresh input, as callers' strides are)
+                        self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)
+                    else:  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
                         mask = torch.zeros(rows, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
                         self(torch.zeros(rows, width, dtype=torch.long, device=device), cache, mask)
         finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import GlanceError, reason
+from engine.gguf_once import one_reader_per_file
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
@@ -201,13 +202,18 @@ def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> 
     hf_logging.enable_progress_bar()  # dequantising takes a while: show its progress bar
     folder, file = str(path.parent), path.name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file, **kwargs)
-        try:
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=dt, attn_implementation="sdpa")
-        except ValueError as exc:
-            if "sdpa" not in str(exc).lower():
-                raise
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=dt, attn_implementation="eager")
+        with one_reader_per_file():  # transformers parses the header three times otherwise
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file, **kwargs)
+            try:
+                model = AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=file, dtype=dt, attn_implementation="sdpa"
+                )
+            except ValueError as exc:
+                if "sdpa" not in str(exc).lower():
+                    raise
+                model = AutoModelForCausalLM.from_pretrained(
+                    folder, gguf_file=file, dtype=dt, attn_implementation="eager"
+                )
     except GlanceError:
         raise
     except Exception as exc:  # an unsupported architecture or quantisation, a damaged file

@@ -71,7 +71,9 @@ def test_every_variant_races_losslessly_on_the_real_model(session):
             assert len(outs[method]) == NEW or outs[method][-1] in session.stop_ids(True)
 
 
-def test_the_gguf_file_loads_and_converts_to_the_same_weights(tmp_path):
+def test_the_gguf_file_loads_and_converts_to_the_same_weights(tmp_path, monkeypatch):
+    import gguf as gguf_package
+
     from engine.cli import main
     from engine.models import load_model
 
@@ -79,7 +81,11 @@ def test_the_gguf_file_loads_and_converts_to_the_same_weights(tmp_path):
     gguf = packaged_file(ENTRY)
     assert gguf is not None, "the package is installed but its GGUF file was not found"
     out = tmp_path / "converted"
+    parsed = []
+    reader = gguf_package.GGUFReader
+    monkeypatch.setattr(gguf_package, "GGUFReader", lambda *a, **k: parsed.append(a) or reader(*a, **k))
     assert main(["convert", str(gguf), "--out", str(out)]) == 0
+    assert len(parsed) == 1  # transformers asks three times (config, tokenizer, weights); one parse serves all
     a, b = load_model(out, dtype="float32").model.state_dict(), load_model(folder, dtype="float32").model.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert main(["convert", str(gguf), "--out", str(out)]) == 2  # an existing model is never overwritten
