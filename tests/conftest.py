@@ -14,6 +14,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VOCAB = 96
 torch.set_num_threads(1)  # tiny models: one thread is as fast and avoids oversubscription
+# The suite runs in two pytest-xdist workers on two cores: one thread each, and for the processes they start too
+# (two processes with two OpenMP threads each on two cores slow a forward 40-fold).
+PARALLEL = "PYTEST_XDIST_WORKER" in os.environ
+if PARALLEL:
+    os.environ["OMP_NUM_THREADS"] = "1"
 
 
 # The shape every tiny Llama-like test model shares (2 layers, grouped-query attention, 256 positions).

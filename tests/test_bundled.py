@@ -24,6 +24,7 @@ from engine.train.corpus import stdlib_corpus
 from engine.train.demo import encode_files
 from engine.train.lm import heldout_loss
 from engine.train.prompts import load_prompt_suite
+from tests.conftest import PARALLEL
 
 MODELS = RESOURCES / "models"
 SUITE = RESOURCES / "prompts" / "suite.jsonl"
@@ -31,7 +32,7 @@ SUITE = RESOURCES / "prompts" / "suite.jsonl"
 
 @pytest.fixture(scope="module")
 def bundled():
-    torch.set_num_threads(2)
+    torch.set_num_threads(1 if PARALLEL else 2)  # another worker uses the other core
     target = AutoModelForCausalLM.from_pretrained(BUNDLED_TARGET, dtype=torch.float32).eval()
     draft = AutoModelForCausalLM.from_pretrained(BUNDLED_DRAFT, dtype=torch.float32).eval()
     tok = AutoTokenizer.from_pretrained(BUNDLED_TARGET)

@@ -296,8 +296,9 @@ def test_the_compiled_graph_returns_every_rows_argmax(compiled):
     with torch.no_grad():
         cache = forward.new_cache(16)
         assert greedy_ids(forward(ids[:, :8], cache)).shape == (2, 8)  # eager prefill: computed on demand
-        for width in (1, 3):
-            out = forward(ids[:, 8 : 8 + width], cache)
+        for width in (1, 3):  # several rows under per-row masks, as batches call it (the graphs warmed up above)
+            mask = torch.zeros(2, 1, width, cache_length(cache) + width)
+            out = forward(ids[:, 8 : 8 + width], cache, mask)
             assert out.greedy is not None and torch.equal(out.greedy, out.logits.float().argmax(-1))
 
 
