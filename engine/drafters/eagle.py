@@ -120,12 +120,13 @@ class EagleDrafter(Drafter):
             mask = torch.cat([torch.zeros(fed, committed, dtype=dtype), self._causal[:fed, :fed]], dim=1)
             return mask[None, None].to(device)
         m = len(ancestors)
-        drafted = np.full((m, fed + m), lowest, dtype=np.float32)  # over the fed entries and the new rows
+        mask = np.zeros((m, committed + fed + m), dtype=np.float32)  # numpy: one torch op instead of four
+        drafted = mask[:, committed:]  # over the fed entries and the new rows
+        drafted[:] = lowest
         for r, anc in enumerate(ancestors):
             drafted[r, anc] = 0
             drafted[r, fed + r] = 0
-        mask = torch.cat([torch.zeros(m, committed, dtype=dtype), torch.from_numpy(drafted).to(dtype)], dim=1)
-        return mask[None, None].to(device)
+        return torch.from_numpy(mask).to(dtype)[None, None].to(device)
 
     def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask):
         """One head forward and its read-out (engine/heads/readout.py): outputs [m, H], the top `k_read`

@@ -10,6 +10,7 @@ row's committed pairs (a per-row gather, as the target's cache in engine/batch.p
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from engine.cache import cache_length, pack_columns
@@ -26,38 +27,42 @@ class BatchedTrees:
         self.grow = grow
         self.rows = drafters
         self.head = drafters[0].head
-        self.dtype = next(self.head.parameters()).dtype
+        weight = next(self.head.parameters())
+        self.dtype, self.device = weight.dtype, weight.device
         self.cache = self.head.new_cache()
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
 
-    def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[list[int]]]]) -> dict:
-        """One head forward and read-out. feeds[b] = (tokens, features [n, F], positions, columns each new entry may
-        see besides itself). Returns {b: (outputs [n, H], the columns the new entries took, per new entry its
-        candidates (target ids, log-probs) as lists)}."""
+    def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[int], list[list[int]]]]) -> dict:
+        """One head forward and read-out. feeds[b] = (tokens, features [n, F], positions, columns every new entry may
+        see, columns each new entry may see besides those and itself). Returns {b: (outputs [n, H], the columns the
+        new entries took, per new entry its candidates (target ids, log-probs) as lists)}."""
         # at least two entries per row (padding: never seen, packed away), so a compiled step has one graph for
         # every batch forward rather than one more for a single new entry
         B, S = len(self.rows), max(2, max(len(f[0]) for f in feeds.values()))
         width = cache_length(self.cache)
         hidden = next(iter(feeds.values()))[1].shape[-1]
-        ids = torch.zeros(B, S, dtype=torch.long)
+        ids, positions = np.zeros((B, S), dtype=np.int64), np.zeros((B, S), dtype=np.int64)
         feats = torch.zeros(B, S, hidden, dtype=self.dtype)  # [B, S, F]
-        positions = torch.zeros(B, S, dtype=torch.long)
-        visible = torch.zeros(B, S, width + S, dtype=torch.bool)
-        visible[:, torch.arange(S), width + torch.arange(S)] = True  # every entry sees itself (padding too)
-        for b, (tokens, f, pos, sees) in feeds.items():
+        # visibility built in numpy: a torch index op per entry over a row's hundreds of columns cost 0.8 ms a depth
+        visible = np.zeros((B, S, width + S), dtype=bool)
+        visible[:, np.arange(S), width + np.arange(S)] = True  # every entry sees itself (padding too)
+        for b, (tokens, f, pos, common, extra) in feeds.items():
             n = len(tokens)
-            ids[b, :n] = torch.tensor(tokens)
+            ids[b, :n] = tokens
             feats[b, :n] = f.to(self.dtype)
-            positions[b, :n] = torch.tensor(pos)
-            for r, cols in enumerate(sees):
-                visible[b, r, cols] = True
-        device = next(self.head.parameters()).device
+            positions[b, :n] = pos
+            if common:
+                visible[b, :n, common] = True
+            for r, cols in enumerate(extra):
+                if cols:
+                    visible[b, r, cols] = True
+        device = self.device
         out, values, top = draft_step(self.head)(
-            ids.to(device),
+            torch.from_numpy(ids).to(device),
             feats.to(device),
-            positions.to(device),
+            torch.from_numpy(positions).to(device),
             self.cache,
-            additive_mask(visible, self.dtype, device),  # [B, 1, S, width + S]
+            additive_mask(torch.from_numpy(visible), self.dtype, device),  # [B, 1, S, width + S]
             self.rows[0].k_read,
         )  # [B, S, H], [B, S, k], [B, S, k]
         values, top = values.tolist(), top.tolist()  # one copy each for every row
@@ -80,8 +85,13 @@ class BatchedTrees:
             rows[b].pending = None
             base, m = len(self.cols[b]), len(toks)
             width = cache_length(self.cache)
-            own = self.cols[b] + [width + i for i in range(m)]
-            feeds[b] = (toks, f, list(range(base, base + m)), [own[: base + i] for i in range(m)])
+            feeds[b] = (
+                toks,
+                f,
+                list(range(base, base + m)),
+                self.cols[b],
+                [[width + j for j in range(i)] for i in range(m)],
+            )
         outs = self._forward(feeds)
         trees, committed = {}, {}
         for b in live:
@@ -98,8 +108,8 @@ class BatchedTrees:
                 if step is None:
                     continue
                 tokens, f, ancestors = step
-                seen = [self.cols[b] + [slots[b][s] for s in anc] for anc in ancestors]
-                feeds[b] = (tokens, f, [committed[b] - 1 + trees[b].depth - 1] * len(tokens), seen)
+                seen = [[slots[b][s] for s in anc] for anc in ancestors]  # besides the committed pairs
+                feeds[b] = (tokens, f, [committed[b] - 1 + trees[b].depth - 1] * len(tokens), self.cols[b], seen)
             if not feeds:
                 break
             outs = self._forward(feeds)
