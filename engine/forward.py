@@ -86,7 +86,11 @@ def _graph_function(model: torch.nn.Module) -> Callable:
     graph. Each model gets its own code object, so dynamo keeps a short cache of graphs per model: a cache shared
     across models costs a guard check per cached graph that does not match."""
 
-    def decode(**kwargs):
+    def decode(moves, **kwargs):
+        src, dst = moves  # [MOVE_SLOTS] each: the last compaction's moves, done before this forward writes
+        for layer in kwargs["cache"].layers:
+            for buf in (layer.keys, layer.values):  # [B, H, capacity, D]
+                buf.index_copy_(2, dst, buf.index_select(2, src))
         out = model.forward(**kwargs)
         return out, out.logits.argmax(-1)  # [B, S]
 
@@ -176,18 +180,21 @@ class CompiledForward(torch.nn.Module):
             "output_hidden_states": True,  # always: one graph for every drafter (features come from it)
         }
         if past == 0 or self.graph is None:  # prefill (any prompt length): eager
+            cache.settle()
             out = self.model(**kwargs)
             if not cache.pinned:
                 cache.unpin()  # the buffers exist now (created by the first write)
         else:
             try:
-                out, greedy = self.graph(**kwargs)
+                out, greedy = self.graph(cache.move_inputs(device), **kwargs)
+                cache.moves_done()
                 out.greedy = greedy
             except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager
                 if self.strict:
                     raise
                 self._give_up(exc)
                 cache.set_length(past)
+                cache.settle()  # a graph that failed to compile did not run: its moves are still pending
                 out = self.model(**kwargs)
         cache.advance(S)
         out.layer_features = [out.hidden_states[i] for i in feature_layers]

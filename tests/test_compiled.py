@@ -100,6 +100,30 @@ def test_the_static_cache_grows_past_its_capacity_and_keeps_its_entries():
     torch.testing.assert_close(grown, whole, atol=1e-4, rtol=1e-4)
 
 
+def test_a_compaction_moves_entries_in_the_next_forward_or_at_once_when_read():
+    """The static cache's compaction only records its moves (the next compiled forward does them in its graph);
+    reading or editing the cache first does them eager, and a compaction past MOVE_SLOTS moves is done at once."""
+    from engine.static_cache import MOVE_SLOTS
+
+    target = tiny_model("llama", seed=0)
+    forward = CompiledForward(target, compile=False)
+    cache = forward.new_cache(64)
+    with torch.no_grad():
+        forward(torch.randint(0, 96, (1, 50), generator=torch.Generator().manual_seed(2)), cache)
+    before = [layer.keys.clone() for layer in cache.layers]
+    for offsets in ([0, 2, 5], list(range(0, 2 * (MOVE_SLOTS + 2), 2))):
+        cache.set_length(50)
+        for layer, keys in zip(cache.layers, before):
+            layer.keys.copy_(keys)
+        cache.compact_tail(10, offsets)
+        assert cache.length == 10 + len(offsets)
+        assert (cache.moves is None) == (len(offsets) > MOVE_SLOTS)
+        cache.crop(cache.length)  # an edit: the moves are done first
+        assert cache.moves is None
+        for layer, keys in zip(cache.layers, before):
+            torch.testing.assert_close(layer.keys[:, :, 10 : cache.length], keys[:, :, [10 + o for o in offsets]])
+
+
 def test_static_cache_edits_match_the_dynamic_cache_edits():
     """Per-row gather and tail compaction leave the static cache attending exactly as the eager cache does."""
     target = tiny_model("llama", seed=0)
@@ -270,7 +294,7 @@ def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
     target = tiny_model("llama", seed=0, sharpen=4.0)
     forward = CompiledForward(target, compile=False)
 
-    def broken(**kwargs):
+    def broken(moves, **kwargs):
         kwargs["cache"].layers[0].cumulative_length.add_(3)  # a half-run graph may have moved the counters
         raise RuntimeError("recompile failed")
 
