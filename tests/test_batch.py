@@ -153,3 +153,25 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
+
+
+def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_lossless(setup):
+    """Under `auto`, a batch's lookahead rows shrink N, W and G until the batch's verifying forward carries at most
+    BATCH_TOKENS tokens (4/5/4 at B = 4 carried 132 and ran 0.81x; 2/4/2, 52, 1.07x); full drafts keep the settings."""
+    from engine.drafters.ngram_pool import BATCH_TOKENS
+
+    target, _, refs = setup
+    made = []
+
+    def make():
+        made.append(LookaheadDrafter())  # the defaults: 4/5/4, 33 tokens a row
+        return made[-1]
+
+    prompts = PROMPTS[:4]
+    res = BatchDecoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate(prompts)
+    assert res.tokens == [refs[tuple(p)] for p in prompts]
+    assert all(4 * d.row_tokens() <= BATCH_TOKENS for d in made)
+    assert (made[0].window, made[0].ngram, made[0].guesses) == (2, 4, 3)
+    made.clear()
+    BatchDecoder(target, make, max_new_tokens=NEW).generate(prompts)
+    assert (made[0].window, made[0].ngram, made[0].guesses) == (4, 5, 4)
