@@ -132,8 +132,7 @@ class BatchDecoder:
         drafters = [self.make_drafter() for _ in range(B)]
         if self.budget.name != "full":  # cost-aware: lookahead's windows sized so the batch's forward stays cheap
             for d in drafters:
-                if hasattr(d, "fit_batch"):
-                    d.fit_batch(B)
+                d.fit_batch(B)
         budget = self.budget if drafters[0].budgeted else FullBudget()
         budget.reset()
         hidden = drafters[0].needs_hidden_states

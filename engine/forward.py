@@ -25,7 +25,7 @@ import torch
 from engine.cache import new_cache
 from engine.errors import reason
 from engine.features import layer_inputs
-from engine.static_cache import StaticKVCache
+from engine.static_cache import StaticKVCache, apply_moves
 
 Progress = Callable[[int, int, str], None]
 RECOMPILE_LIMIT = 32
@@ -87,10 +87,7 @@ def _graph_function(model: torch.nn.Module) -> Callable:
     across models costs a guard check per cached graph that does not match."""
 
     def decode(moves, **kwargs):
-        src, dst = moves  # [MOVE_SLOTS] each: the last compaction's moves, done before this forward writes
-        for layer in kwargs["cache"].layers:
-            for buf in (layer.keys, layer.values):  # [B, H, capacity, D]
-                buf.index_copy_(2, dst, buf.index_select(2, src))
+        apply_moves(kwargs["cache"].layers, *moves)  # [MOVE_SLOTS] each: the last compaction's, before this writes
         out = model.forward(**kwargs)
         return out, out.logits.argmax(-1)  # [B, S]
 

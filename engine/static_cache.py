@@ -20,6 +20,14 @@ CAPACITY_STEP = 256  # capacities are rounded up to this, so that runs of simila
 MOVE_SLOTS = 16
 
 
+def apply_moves(layers, src: torch.Tensor, dst: torch.Tensor) -> None:
+    """Copy entries `src` to `dst` [moves] in every layer's keys and values [B, H, capacity, D]: every source is
+    read before any destination is written. Eager in `settle`, and traced into the compiled forward's graph."""
+    for layer in layers:
+        for buf in (layer.keys, layer.values):
+            buf.index_copy_(2, dst, buf.index_select(2, src))
+
+
 def round_capacity(positions: int) -> int:
     return max(CAPACITY_STEP, -(-positions // CAPACITY_STEP) * CAPACITY_STEP)
 
@@ -115,15 +123,12 @@ class StaticKVCache(StaticCache):
         self.set_length(start + len(offsets))
 
     def settle(self) -> None:
-        """Do the pending moves now, eager: every source is read before any destination is written."""
+        """Do the pending moves now, eager."""
         if self.moves is None:
             return
         live = self._live()
         if live:
-            src, dst = (torch.tensor(x, device=live[0].keys.device) for x in self.moves)
-            for layer in live:
-                for buf in (layer.keys, layer.values):
-                    buf.index_copy_(2, dst, buf.index_select(2, src))  # [B, H, moves, D]
+            apply_moves(live, *(torch.tensor(x, device=live[0].keys.device) for x in self.moves))
         self.moves = None
 
     def move_inputs(self, device) -> tuple[torch.Tensor, torch.Tensor]:

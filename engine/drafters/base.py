@@ -77,6 +77,10 @@ class Drafter:
     def reset(self) -> None:
         """Forget everything from the previous run."""
 
+    def fit_batch(self, rows: int) -> None:
+        """Size the draft for a batch of `rows` rows under the cost-aware budget, before the run (lookahead shrinks
+        its window, which no depth cap reaches); the others keep their settings and take the budget's caps."""
+
     @classmethod
     def batch_drafting(cls, drafters: list[Drafter]) -> RowByRow:
         """What drafts for a batch of these drafters (one per row, engine/batch.py): row by row, unless a drafter

@@ -82,9 +82,8 @@ class NgramDrafter(Drafter):
         return 1 + (self.ngram - 1) * (self.window + self.guesses)
 
     def fit_batch(self, rows: int, tokens: int = BATCH_TOKENS) -> None:
-        """Shrink N, then W or G (the larger first), until `rows` rows fit in `tokens` tokens per forward; called by
-        the batch decoder under the cost-aware budget. Exactness is untouched: only the window's and the guesses'
-        sizes change, as with any other setting."""
+        """Shrink N, then W or G (the larger first), until `rows` rows fit in `tokens` tokens per forward. Exactness
+        is untouched: only the window's and the guesses' sizes change, as with any other setting."""
         while rows * self.row_tokens() > tokens:
             if self.ngram > 4 or (self.ngram > 3 and max(self.window, self.guesses) <= 2):
                 self.ngram -= 1
