@@ -26,6 +26,7 @@ from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
 from engine.forward import forward_for, greedy_ids
+from engine.forward_timing import measured_once
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.tree import additive_mask, draft_visibility, node_depths
@@ -130,9 +131,9 @@ class BatchDecoder:
             raise GlanceError("every prompt of a batch needs at least one token")
         B = len(prompts)
         drafters = [self.make_drafter() for _ in range(B)]
-        if self.budget.name != "full":  # cost-aware: lookahead's windows sized so the batch's forward stays cheap
+        if self.budget.name != "full" and B > 1:  # cost-aware: lookahead's windows sized to the batch's forward cost
             for d in drafters:
-                d.fit_batch(B)
+                d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
         budget = self.budget if drafters[0].budgeted else FullBudget()
         budget.reset()
         hidden = drafters[0].needs_hidden_states

@@ -155,23 +155,64 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
 
 
-def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_lossless(setup):
-    """Under `auto`, a batch's lookahead rows shrink N, W and G until the batch's verifying forward carries at most
-    BATCH_TOKENS tokens (4/5/4 at B = 4 carried 132 and ran 0.81x; 2/4/2, 52, 1.07x); full drafts keep the settings."""
-    from engine.drafters.ngram_pool import BATCH_TOKENS
+def test_lookahead_fits_its_window_to_the_measured_forward_costs():
+    """The window with the most expected tokens (`expected_tau`, the lookahead paper's log scaling) per second of
+    the measured batch forward: costs that double by 20 tokens a row (the steepest here at B = 8) give the smallest
+    window, costs that rise 1% a token (about this CPU's at B = 4) a middle one, costs as flat as a GPU's up to
+    hundreds of tokens the whole window; no costs (a cancelled measurement) change nothing."""
+    from engine.drafters.ngram_pool import expected_tau
+
+    stages = LookaheadDrafter().shrunk()
+    assert stages[0] == (4, 5, 4) and stages[-1] == (1, 2, 1)
+    assert stages[:4] == [(4, 5, 4), (4, 4, 4), (3, 4, 4), (3, 4, 3)]  # N first (to 4), then the larger of W and G
+    widths = sorted({1 + (n - 1) * (w + g) for w, n, g in stages})
+    assert expected_tau(3) < expected_tau(13) < expected_tau(33)
+
+    def fitted(per_token):
+        d = LookaheadDrafter()
+        asked = []
+        d.fit_batch(4, lambda ws: asked.extend(ws) or {w: 1.0 + per_token * w for w in ws})
+        assert asked == widths  # every stage's tokens a row, once
+        assert d.extra_positions == d.window + d.ngram
+        return d.window, d.ngram, d.guesses
+
+    assert fitted(0.05) == (1, 2, 1)
+    assert fitted(0.01) == (2, 4, 2)  # 13 tokens a row
+    assert fitted(0.001) == (4, 5, 4)
+    kept = LookaheadDrafter()
+    kept.fit_batch(4, lambda ws: {})
+    assert (kept.window, kept.ngram, kept.guesses) == (4, 5, 4)
+
+
+def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_lossless(setup, monkeypatch):
+    """Under `auto`, a batch's lookahead rows take the window the target's measured batch forward allows (measured
+    once per model and batch size), and every row still equals plain decoding; full drafts, and a batch of one,
+    keep the settings."""
+    from engine import forward_timing
 
     target, _, refs = setup
-    made = []
+    made, measured = [], []
 
     def make():
         made.append(LookaheadDrafter())  # the defaults: 4/5/4, 33 tokens a row
         return made[-1]
 
+    def rising(model, rows, widths):
+        measured.append(rows)
+        return {w: 1.0 + 0.01 * w for w in widths}
+
+    real = forward_timing.batch_forward_costs(target, 4, [3, 33], context=8, repeats=1)
+    assert set(real) == {3, 33} and all(v > 0 for v in real.values())
+    once = forward_timing.measured_once(target, 2, [3, 5])
+    assert forward_timing.measured_once(target, 2, [5, 3]) is once  # measured once per model, batch and widths
+    monkeypatch.setattr("engine.batch.measured_once", rising)
     prompts = PROMPTS[:4]
     res = BatchDecoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate(prompts)
     assert res.tokens == [refs[tuple(p)] for p in prompts]
-    assert all(4 * d.row_tokens() <= BATCH_TOKENS for d in made)
-    assert (made[0].window, made[0].ngram, made[0].guesses) == (2, 4, 3)
-    made.clear()
-    BatchDecoder(target, make, max_new_tokens=NEW).generate(prompts)
-    assert (made[0].window, made[0].ngram, made[0].guesses) == (4, 5, 4)
+    assert measured and set(measured) == {4}
+    assert all((d.window, d.ngram, d.guesses) == (2, 4, 2) for d in made)
+    for budget in (None, CostAwareBudget()):
+        made.clear()
+        rows = prompts if budget is None else prompts[:1]
+        BatchDecoder(target, make, max_new_tokens=NEW, budget=budget).generate(rows)
+        assert (made[0].window, made[0].ngram, made[0].guesses) == (4, 5, 4)

@@ -5,13 +5,12 @@ measured per-token acceptance, trees and lookahead their measured tau."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 
 import torch
 
-from engine.cache import crop
 from engine.forward import forward_for
+from engine.forward_timing import steady_seconds
 
 FORWARD_SIZES = tuple(range(1, 65))  # every k in 1..64 (about 20 s on this CPU)
 SHOWN_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # the ones the Markdown table prints
@@ -24,21 +23,6 @@ def chain_expected_length(acceptance: float, gamma: int) -> float:
     if a >= 1.0:
         return float(gamma + 1)
     return (1 - a ** (gamma + 1)) / (1 - a)
-
-
-def _steady_seconds(forward, step: torch.Tensor, cache, context: int, device) -> float:
-    """Seconds of one forward over `step` [B, k] after `context` cached tokens, timed on its second run: the first
-    forward of a shape right after another shape ran slower (compiled: a one-token forward took 6.2 ms right after a
-    32-token one and 5.2 ms in a run of them), and decoding repeats one shape step after step."""
-    seconds = 0.0
-    for _ in range(2):
-        t = time.perf_counter()
-        forward(step, cache)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - t
-        crop(cache, context)
-    return seconds
 
 
 @torch.no_grad()
@@ -62,7 +46,7 @@ def forward_costs(
             if cancel is not None and cancel():
                 return {}
             step = torch.randint(0, vocab, (1, k), device=device)
-            times[k].append(_steady_seconds(forward, step, cache, context, device))
+            times[k].append(steady_seconds(forward, step, cache, context, device))
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -74,10 +58,12 @@ def forward_grid(
     model: torch.nn.Module, batch_sizes, sizes=GRID_TOKENS, context: int = 128, repeats: int = 3, cancel=None
 ) -> dict[int, dict[int, float]]:
     """{B: {k: median seconds}} of one cached target forward over B rows x k new tokens after `context` tokens each:
-    what verification costs as the batch grows. Rounds interleave every (B, k); `cancel()` true returns {}."""
+    what verification costs as the batch grows, under a mask per row as batches run (with B > 1). Rounds interleave
+    every (B, k); `cancel()` true returns {}."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
     forward = forward_for(model)
+    dtype = next(model.parameters()).dtype
     caches = {}
     for b in batch_sizes:
         caches[b] = forward.new_cache(context + max(sizes))
@@ -89,7 +75,8 @@ def forward_grid(
                 if cancel is not None and cancel():
                     return {}
                 step = torch.randint(0, vocab, (b, k), device=device)
-                times[b][k].append(_steady_seconds(forward, step, caches[b], context, device))
+                mask = torch.zeros(b, 1, k, context + k, dtype=dtype, device=device) if b > 1 else None
+                times[b][k].append(steady_seconds(forward, step, caches[b], context, device, mask))
     return {b: {k: statistics.median(v) for k, v in row.items()} for b, row in times.items()}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +10,9 @@ import torch
 
 from engine.sampling import SamplingConfig
 from engine.tree import Draft
+
+# The target's measured forward cost in a batch: {tokens a row: seconds} for the widths asked (engine/forward_timing.py)
+ForwardCosts = Callable[[list[int]], dict[int, float]]
 
 
 @dataclass
@@ -77,9 +81,10 @@ class Drafter:
     def reset(self) -> None:
         """Forget everything from the previous run."""
 
-    def fit_batch(self, rows: int) -> None:
-        """Size the draft for a batch of `rows` rows under the cost-aware budget, before the run (lookahead shrinks
-        its window, which no depth cap reaches); the others keep their settings and take the budget's caps."""
+    def fit_batch(self, rows: int, forward_costs: ForwardCosts) -> None:
+        """Size the draft for a batch of `rows` rows under the cost-aware budget, before the run, from the target's
+        forward costs measured at that batch size (lookahead shrinks its window, which no depth cap reaches); the
+        others keep their settings and take the budget's caps."""
 
     @classmethod
     def batch_drafting(cls, drafters: list[Drafter]) -> RowByRow:

@@ -3,9 +3,10 @@ feeding the committed text's n-grams to the pool."""
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 
-from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.base import DecodeState, Drafter, ForwardCosts
 from engine.errors import GlanceError
 
 
@@ -48,12 +49,18 @@ class NgramPool:
         return self.lookup(key)[::-1][: max(limit, 0)]
 
 
-# Tokens a batch's verifying forward may carry under the cost-aware budget before lookahead shrinks its rows'
-# windows (`NgramDrafter.fit_batch`). Measured on the bundled target (bf16, compiled, 16 suite prompts, 32 tokens):
-# the default 4/5/4 (33 tokens a row) ran 1.72x at B = 1 but 0.81x at B = 4 (132 tokens a forward); 3/4/3 (19 a
-# row, 76 a forward) 1.02x and 2/4/2 (13, 52) 1.07x at B = 4, with 1.75-1.78x at B = 1: a step verifies little
-# more than 2 tokens either way, and past about 64 tokens this CPU's forward stops being memory bound.
-BATCH_TOKENS = 64
+# Tokens per step a lookahead row expects from the tokens it adds to a forward (w): a + b ln w, the lookahead paper's
+# scaling (steps fall linearly in the log of a step's FLOPs), fitted on the bundled target and 16 suite prompts at
+# B = 2, 4 and 8 (bf16, compiled, 32 tokens, the same for every B): w = 3 (1/2/1) 1.53, 5 1.71, 7 1.76, 9 1.81,
+# 13 1.94, 16 1.99, 19 2.00, 25 2.05, 33 (the default 4/5/4) 2.06; the fit is within 0.09 of each. A batch keeps
+# the window with the most expected tokens per second of its measured forward (`NgramDrafter.fit_batch`).
+TAU_FIT = (1.29, 0.22)
+
+
+def expected_tau(width: int) -> float:
+    """Tokens per step expected of a lookahead row that adds `width` tokens to the verifying forward."""
+    a, b = TAU_FIT
+    return a + b * math.log(width)
 
 
 class NgramDrafter(Drafter):
@@ -81,21 +88,34 @@ class NgramDrafter(Drafter):
         columns, and G guesses of N - 1 tokens."""
         return 1 + (self.ngram - 1) * (self.window + self.guesses)
 
-    def fit_batch(self, rows: int, tokens: int = BATCH_TOKENS) -> None:
-        """Shrink N, then W or G (the larger first), until `rows` rows fit in `tokens` tokens per forward. Exactness
-        is untouched: only the window's and the guesses' sizes change, as with any other setting."""
-        while rows * self.row_tokens() > tokens:
-            if self.ngram > 4 or (self.ngram > 3 and max(self.window, self.guesses) <= 2):
-                self.ngram -= 1
-            elif max(self.window, self.guesses) > 1:
-                if self.window >= self.guesses:
-                    self.window -= 1
-                else:
-                    self.guesses -= 1
-            elif self.ngram > 2:
-                self.ngram -= 1
+    def shrunk(self) -> list[tuple[int, int, int]]:
+        """(W, N, G) from the settings down to the smallest lookahead step (1, 2, 1), one shrink at a time: N first
+        (down to 4), then the larger of W and G, then N again."""
+        w, n, g = self.window, self.ngram, self.guesses
+        stages = [(w, n, g)]
+        while True:
+            if n > 4 or (n > 3 and max(w, g) <= 2):
+                n -= 1
+            elif max(w, g) > 1:
+                w, g = (w - 1, g) if w >= g else (w, g - 1)
+            elif n > 2:
+                n -= 1
             else:
-                break  # W 1, N 2, G 1: as small as a lookahead step gets
+                return stages
+            stages.append((w, n, g))
+
+    def fit_batch(self, rows: int, forward_costs: ForwardCosts) -> None:
+        """The one of `shrunk()` with the most expected tokens per second: `expected_tau` of its tokens a row over
+        the target's forward cost measured at `rows` rows (`forward_costs(widths)`: {tokens a row: seconds}). Where
+        the forward costs about the same at every width (a GPU) that is the whole window; on this CPU at B = 4 a
+        small one. Exactness is untouched: only the window's and the guesses' sizes change, as with any setting."""
+        stages = self.shrunk()
+        width = {s: 1 + (s[1] - 1) * (s[0] + s[2]) for s in stages}  # as row_tokens() counts
+        costs = forward_costs(sorted(set(width.values())))
+        if not costs:
+            return
+        best = max(stages, key=lambda s: expected_tau(width[s]) / costs[width[s]])  # the first (largest) of ties
+        self.window, self.ngram, self.guesses = best
         self.extra_positions = self.window + self.ngram
         self.reset()
 

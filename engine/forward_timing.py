@@ -1,0 +1,72 @@
+"""What a target forward costs, measured on the machine at hand: the cost model's tables (engine/bench/cost.py) and
+the batch decoder's sizing of lookahead windows both read it, so a choice made on a CPU is remade on a GPU."""
+
+from __future__ import annotations
+
+import statistics
+import time
+import weakref
+from collections.abc import Callable
+
+import torch
+
+from engine.cache import crop
+from engine.forward import forward_for
+
+CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(rows, widths, context): costs}
+
+
+def steady_seconds(forward, step: torch.Tensor, cache, context: int, device, mask: torch.Tensor | None = None) -> float:
+    """Seconds of one forward over `step` [B, k] after `context` cached tokens, timed on its second run: the first
+    forward of a shape right after another shape ran slower (compiled: a one-token forward took 6.2 ms right after a
+    32-token one and 5.2 ms in a run of them), and decoding repeats one shape step after step."""
+    seconds = 0.0
+    for _ in range(2):
+        t = time.perf_counter()
+        forward(step, cache, mask)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - t
+        crop(cache, context)
+    return seconds
+
+
+@torch.no_grad()
+def batch_forward_costs(
+    model: torch.nn.Module,
+    rows: int,
+    widths,
+    context: int = CONTEXT,
+    repeats: int = 3,
+    cancel: Callable[[], bool] | None = None,
+) -> dict[int, float]:
+    """{k: median seconds} of one cached forward over `rows` rows x k new tokens after `context` tokens each, called
+    as the batch decoder calls it (with rows > 1, under a mask per row, so a compiled model runs the graphs its
+    warm-up made). Rounds interleave the widths, so drift hits all alike; `cancel()` true returns {}."""
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().num_embeddings
+    widths = sorted(set(widths))
+    forward = forward_for(model)  # compiled when decoding is: the costs are what decoding pays
+    cache = forward.new_cache(context + max(widths))
+    forward(torch.randint(0, vocab, (rows, context), device=device), cache)
+    dtype = next(model.parameters()).dtype
+    times: dict[int, list[float]] = {k: [] for k in widths}
+    for _ in range(repeats):
+        for k in widths:
+            if cancel is not None and cancel():
+                return {}
+            step = torch.randint(0, vocab, (rows, k), device=device)
+            mask = torch.zeros(rows, 1, k, context + k, dtype=dtype, device=device) if rows > 1 else None
+            times[k].append(steady_seconds(forward, step, cache, context, device, mask))
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def measured_once(model: torch.nn.Module, rows: int, widths) -> dict[int, float]:
+    """batch_forward_costs, measured once per model, batch size and widths in a session (about a second on this
+    CPU at B = 4) and remembered: every batch of that size after the first reuses it."""
+    memo = _MEMO.setdefault(model, {})
+    key = (rows, tuple(sorted(set(widths))))
+    if key not in memo:
+        memo[key] = batch_forward_costs(model, rows, key[1])
+    return memo[key]
