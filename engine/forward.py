@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.cache import new_cache
+from engine.cache import cache_length, new_cache
 from engine.errors import reason
 from engine.features import layer_inputs
 from engine.static_cache import StaticKVCache, apply_moves
@@ -41,6 +41,10 @@ class ModelForward:
     def new_cache(self, positions: int):
         """An empty cache for a run of at most about `positions` entries (eager caches grow as they go)."""
         return new_cache(self.model.config)
+
+    def mask_width(self, cache, new: int) -> int:
+        """Columns of the mask a forward of `new` tokens takes whole: the cached entries and the new ones."""
+        return cache_length(cache) + new
 
     def __call__(
         self,
@@ -136,10 +140,17 @@ class CompiledForward(torch.nn.Module):
         cache.pinned = not self.frozen
         return cache
 
+    def mask_width(self, cache: StaticKVCache, new: int) -> int:
+        """Columns of the mask a forward of `new` tokens takes whole: the cache's capacity (a caller's mask that wide
+        goes to the graph as it is), or the entries and the new ones when the forward must grow the cache."""
+        return cache.capacity if cache.length + new <= cache.capacity else cache.length + new
+
     def _full_mask(self, mask: torch.Tensor | None, S: int, past: int, capacity: int, device) -> torch.Tensor:
         """The additive mask over the cache's whole capacity [B or 1, 1, S, capacity]: what the caller gave over
-        [0, past + S) (None: causal), everything after masked."""
+        [0, past + S) (None: causal), everything after masked; a caller's mask already that wide, as it is."""
         dtype = self.model.dtype
+        if mask is not None and mask.shape[-1] == capacity and mask.dtype == dtype:
+            return mask
         low = torch.finfo(dtype).min
         if mask is None:
             cols = torch.arange(capacity, device=device)

@@ -87,6 +87,16 @@ def test_estimates_follow_measurements():
     assert budget.expected_tokens(0) == 1.0
 
 
+def test_seconds_are_medians_linear_between_measured_depths_and_flat_beyond():
+    budget = CostAwareBudget()
+    budget.recent = {1: [0.010, 0.030, 0.011], 3: [0.020, 0.022], 6: [0.040]}  # medians 0.011, 0.021, 0.040
+    assert budget._seconds(range(9)) == pytest.approx(
+        [0.011, 0.011, 0.016, 0.021, 0.0273, 0.0337, 0.040, 0.040, 0.040], abs=1e-4
+    )
+    assert budget.seconds(2) == pytest.approx(0.016)
+    assert CostAwareBudget()._seconds([0, 3]) == [0.0, 0.0]  # nothing measured yet
+
+
 def test_budgets_by_name():
     assert isinstance(make_budget("full"), FullBudget) and make_budget("full").choose() is None
     assert isinstance(make_budget("auto"), CostAwareBudget)

@@ -35,6 +35,9 @@ def test_mask_matches_ancestry(parents, dtype):
     expect = brute_force_visible(parents, past)
     assert torch.equal(mask[0, 0] == 0, expect)
     assert torch.all(mask[0, 0][~expect] == torch.finfo(dtype).min)
+    wide = tree_attention_mask(parents, past, dtype, "cpu", width=past + len(parents) + 9)  # a static cache's
+    assert wide.shape[-1] == past + len(parents) + 9 and torch.equal(wide[..., : mask.shape[-1]], mask)
+    assert torch.all(wide[..., mask.shape[-1] :] == torch.finfo(dtype).min)  # stale entries past the draft
 
 
 def test_positions_follow_depth():
