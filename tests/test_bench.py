@@ -1,6 +1,7 @@
 """The benchmark: the suite end to end on tiny models, the sweep, and the cost model's formula."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -50,6 +51,10 @@ def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     assert saved["settings"]["draft_budget"] == "auto"  # the suite's default
     assert set(saved["cost_model"]["predictions"]) == {"vanilla", "medusa", "eagle", "lookahead"}
     assert "| vanilla speculative |" in markdown(saved)
+    features = saved["environment"]["cpu_features"]  # which bfloat16 instructions ran: AMX hosts differ by half
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    assert ("amx_bf16" in features) == (" amx_bf16" in flags)
+    assert not features or f"[{features}]" in markdown(saved).splitlines()[0]
     assert {p.name for p in paths} >= {"results.json", "results.md", "speedup.png", "forward_cost.png"}
     assert all(p.stat().st_size > 0 for p in paths)
 

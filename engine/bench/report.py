@@ -157,7 +157,7 @@ def environment(target, device: str, dtype: str) -> dict:
     import torch
     import transformers
 
-    from engine.system import cpu_name
+    from engine.system import cpu_features, cpu_name
 
     return {
         "python": platform.python_version(),
@@ -165,6 +165,7 @@ def environment(target, device: str, dtype: str) -> dict:
         "transformers": transformers.__version__,
         "device": device,
         "device_name": torch.cuda.get_device_name(0) if device.startswith("cuda") else cpu_name(),
+        "cpu_features": "" if device.startswith("cuda") else cpu_features(),
         "threads": torch.get_num_threads(),
         "dtype": dtype,
         "platform": platform.platform(),
@@ -174,7 +175,8 @@ def environment(target, device: str, dtype: str) -> dict:
 def markdown(results: dict) -> str:
     env = results["environment"]
     text = (
-        f"Glance benchmark · {env['device_name']} ({env['device']}, {env['threads']} threads) · {env['dtype']} · "
+        f"Glance benchmark · {env['device_name']}{f' [{f}]' if (f := env.get('cpu_features')) else ''} "
+        f"({env['device']}, {env['threads']} threads) · {env['dtype']} · "
         f"torch {env['torch']} · transformers {env['transformers']}\n\n"
     )
     s = results["settings"]
