@@ -14,15 +14,20 @@ from engine.cache import crop
 from engine.forward import forward_for
 
 CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
+# Runs of each shape before the one timed. Every compiled graph holds its own packed copy of the weights (freezing),
+# so on a CPU the first forwards after another graph ran read them from memory, not cache: on an AMX Xeon the bundled
+# target's one-token forward took 5.1, 5.0, 4.4, 4.0 and 3.8 ms in a row after a 17-token one. Timed on the second
+# run (as it was), the cost model saw 5.1 ms against plain decoding's 3.7 and predicted EAGLE-2 1.49x where it ran
+# 0.98x. Decoding repeats one shape step after step (plain decoding only ever runs the one-token graph).
+RUNS = 5
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(rows, widths, context): costs}
 
 
 def steady_seconds(forward, step: torch.Tensor, cache, context: int, device, mask: torch.Tensor | None = None) -> float:
-    """Seconds of one forward over `step` [B, k] after `context` cached tokens, timed on its second run: the first
-    forward of a shape right after another shape ran slower (compiled: a one-token forward took 6.2 ms right after a
-    32-token one and 5.2 ms in a run of them), and decoding repeats one shape step after step."""
+    """Seconds of one forward over `step` [B, k] after `context` cached tokens, timed on the last of RUNS runs: the
+    first forwards of a shape right after another graph ran slower (see RUNS)."""
     seconds = 0.0
-    for _ in range(2):
+    for _ in range(RUNS):
         t = time.perf_counter()
         forward(step, cache, mask)
         if device.type == "cuda":
@@ -38,7 +43,7 @@ def batch_forward_costs(
     rows: int,
     widths,
     context: int = CONTEXT,
-    repeats: int = 3,
+    repeats: int = 2,
     cancel: Callable[[], bool] | None = None,
 ) -> dict[int, float]:
     """{k: median seconds} of one cached forward over `rows` rows x k new tokens after `context` tokens each, called
@@ -63,8 +68,8 @@ def batch_forward_costs(
 
 
 def measured_once(model: torch.nn.Module, rows: int, widths) -> dict[int, float]:
-    """batch_forward_costs, measured once per model, batch size and widths in a session (about a second on this
-    CPU at B = 4) and remembered: every batch of that size after the first reuses it."""
+    """batch_forward_costs, measured once per model, batch size and widths in a session (one to two seconds on an
+    AMX Xeon at B = 4 to 8) and remembered: every batch of that size after the first reuses it."""
     memo = _MEMO.setdefault(model, {})
     key = (rows, tuple(sorted(set(widths))))
     if key not in memo:
