@@ -71,7 +71,7 @@ def measured_once(model: torch.nn.Module, rows: int, widths) -> dict[int, float]
     """batch_forward_costs, measured once per model, batch size and widths in a session (one to two seconds on an
     AMX Xeon at B = 4 to 8) and remembered: every batch of that size after the first reuses it."""
     memo = _MEMO.setdefault(model, {})
-    key = (rows, tuple(sorted(set(widths))))
+    key = (rows, tuple(sorted(set(widths))), type(forward_for(model)).__name__)  # compiled or eager: other costs
     if key not in memo:
         memo[key] = batch_forward_costs(model, rows, key[1])
     return memo[key]

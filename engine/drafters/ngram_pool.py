@@ -57,6 +57,12 @@ class NgramPool:
 TAU_FIT = (1.29, 0.22)
 
 
+def row_tokens(window: int, ngram: int, guesses: int) -> int:
+    """Tokens a lookahead row adds to a verifying forward at most: the pending one, the window's N - 1 levels of W
+    columns, and G guesses of N - 1 tokens."""
+    return 1 + (ngram - 1) * (window + guesses)
+
+
 def expected_tau(width: int) -> float:
     """Tokens per step expected of a lookahead row that adds `width` tokens to the verifying forward."""
     a, b = TAU_FIT
@@ -84,9 +90,8 @@ class NgramDrafter(Drafter):
         self.reset()  # the subclass's pool, window and fed count
 
     def row_tokens(self) -> int:
-        """Tokens one row adds to a verifying forward at most: the pending one, the window's N - 1 levels of W
-        columns, and G guesses of N - 1 tokens."""
-        return 1 + (self.ngram - 1) * (self.window + self.guesses)
+        """Tokens this row adds to a verifying forward at most (`row_tokens` of its settings)."""
+        return row_tokens(self.window, self.ngram, self.guesses)
 
     def shrunk(self) -> list[tuple[int, int, int]]:
         """(W, N, G) from the settings down to the smallest lookahead step (1, 2, 1), one shrink at a time: N first
@@ -110,7 +115,7 @@ class NgramDrafter(Drafter):
         the forward costs about the same at every width (a GPU) that is the whole window; on this CPU at B = 4 a
         small one. Exactness is untouched: only the window's and the guesses' sizes change, as with any setting."""
         stages = self.shrunk()
-        width = {s: 1 + (s[1] - 1) * (s[0] + s[2]) for s in stages}  # as row_tokens() counts
+        width = {s: row_tokens(*s) for s in stages}
         costs = forward_costs(sorted(set(width.values())))
         if not costs:
             return
