@@ -19,7 +19,7 @@ from pathlib import Path
 
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
-from engine.system import cpu_name
+from engine.system import cpu_features, cpu_name
 
 FORMAT = "glance-session/1"
 
@@ -35,6 +35,7 @@ def environment() -> dict:
         "transformers": transformers.__version__,
         "platform": platform.platform(),
         "processor": cpu_name(),
+        "cpu_features": cpu_features(),  # bfloat16 matrix instructions and L3: what a log's speeds depend on
     }
 
 

@@ -26,6 +26,7 @@ def test_round_trip(tmp_path):
     log = read_session_log(path)
     assert log.header["models"]["target"]["name"] == "tiny"
     assert "torch" in log.header["environment"]
+    assert "cpu_features" in log.header["environment"]  # which matrix instructions the speeds were measured with
     assert [e.to_dict() for e in log.steps] == [e.to_dict() for e in items[:-1]]
     assert log.summaries[0].to_dict() == items[-1].to_dict()
     assert not log.truncated
