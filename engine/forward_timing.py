@@ -20,7 +20,7 @@ CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
 # run (as it was), the cost model saw 5.1 ms against plain decoding's 3.7 and predicted EAGLE-2 1.49x where it ran
 # 0.98x. Decoding repeats one shape step after step (plain decoding only ever runs the one-token graph).
 RUNS = 5
-_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(rows, widths, context): costs}
+_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(rows, widths, forward kind): costs}
 
 
 def steady_seconds(forward, step: torch.Tensor, cache, context: int, device, mask: torch.Tensor | None = None) -> float:
@@ -35,6 +35,14 @@ def steady_seconds(forward, step: torch.Tensor, cache, context: int, device, mas
         seconds = time.perf_counter() - t
         crop(cache, context)
     return seconds
+
+
+def time_width(forward, cache, rows: int, k: int, context: int, vocab: int, dtype, device) -> float:
+    """steady_seconds of `rows` rows x `k` random new tokens after `context` cached ones, called as decoders call it:
+    with rows > 1 under a mask per row (a compiled model then runs the graphs its batched warm-up made)."""
+    step = torch.randint(0, vocab, (rows, k), device=device)
+    mask = torch.zeros(rows, 1, k, context + k, dtype=dtype, device=device) if rows > 1 else None
+    return steady_seconds(forward, step, cache, context, device, mask)
 
 
 @torch.no_grad()
@@ -61,9 +69,7 @@ def batch_forward_costs(
         for k in widths:
             if cancel is not None and cancel():
                 return {}
-            step = torch.randint(0, vocab, (rows, k), device=device)
-            mask = torch.zeros(rows, 1, k, context + k, dtype=dtype, device=device) if rows > 1 else None
-            times[k].append(steady_seconds(forward, step, cache, context, device, mask))
+            times[k].append(time_width(forward, cache, rows, k, context, vocab, dtype, device))
     return {k: statistics.median(v) for k, v in times.items()}
 
 

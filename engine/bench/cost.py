@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from engine.forward import forward_for
-from engine.forward_timing import steady_seconds
+from engine.forward_timing import time_width
 
 FORWARD_SIZES = tuple(range(1, 65))  # every k in 1..64 (about 15 s on an AMX Xeon, 40 s without AMX)
 SHOWN_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # the ones the Markdown table prints
@@ -45,8 +45,7 @@ def forward_costs(
         for k in sizes:
             if cancel is not None and cancel():
                 return {}
-            step = torch.randint(0, vocab, (1, k), device=device)
-            times[k].append(steady_seconds(forward, step, cache, context, device))
+            times[k].append(time_width(forward, cache, 1, k, context, vocab, None, device))
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -74,9 +73,7 @@ def forward_grid(
             for k in sizes:
                 if cancel is not None and cancel():
                     return {}
-                step = torch.randint(0, vocab, (b, k), device=device)
-                mask = torch.zeros(b, 1, k, context + k, dtype=dtype, device=device) if b > 1 else None
-                times[b][k].append(steady_seconds(forward, step, caches[b], context, device, mask))
+                times[b][k].append(time_width(forward, caches[b], b, k, context, vocab, dtype, device))
     return {b: {k: statistics.median(v) for k, v in row.items()} for b, row in times.items()}
 
 
