@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from engine.budget import FullBudget
-from engine.cache import check_window, gather_rows
+from engine.cache import check_window, move_row_entries
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
@@ -203,18 +203,22 @@ class BatchDecoder:
                 positions[b, n:] = cached[b]
             out = self._forward(ids, visible, positions, cache, hidden)
             forwards += 1
-            keep, outcomes = [], {}
+            outcomes, moved_rows, src, dst = {}, [], [], []
             greedy = self.sampling.greedy or any(d.side_tokens for d in drafts)
             best_rows = greedy_ids(out).tolist() if greedy else None  # [B][S]: every row's argmax, one transfer
             for b, d in enumerate(drafts):
                 if not active[b]:
-                    keep.append(list(range(cached[b])))
                     continue
                 logits = out.logits[b, : 1 + len(d)]  # [1 + n, V], model dtype: side rows are the drafter's
                 best = best_rows[b][: sizes[b]] if best_rows else None
                 left = self.max_new_tokens - len(new[b])
                 step = commit(d, logits, self.sampling, gens[b], left, self.eos, best and best[: 1 + len(d)])
-                keep.append(list(range(cached[b])) + [past + r for r in step.rows])
+                for i, r in enumerate(step.rows):  # the pending token and the accepted path, after the row's prefix
+                    if past + r != cached[b] + i:
+                        moved_rows.append(b)
+                        src.append(past + r)
+                        dst.append(cached[b] + i)
+                cached[b] += len(step.rows)
                 active[b] = step.stop is None
                 states[b].tokens.extend(step.tokens)
                 states[b].target_out = _row_view(out, b, sizes[b])
@@ -224,10 +228,8 @@ class BatchDecoder:
                 new[b].extend(step.tokens)
                 steps[b] += 1
                 outcomes[b] = step
-            longest = max(len(k) for k in keep)
-            index = torch.tensor([k + [0] * (longest - len(k)) for k in keep])  # [B, longest]
-            gather_rows(cache, index)
-            cached = [len(k) for k in keep]
+            # every row keeps its prefix in place; entries past a row's own length are stale and masked
+            move_row_entries(cache, moved_rows, src, dst, max(cached))
             sync(self.device)
             tu = time.perf_counter()
             for b, step in outcomes.items():

@@ -138,6 +138,25 @@ def gather_rows(cache, index: torch.Tensor) -> None:
         layer.values = layer.values.gather(2, idx)
 
 
+def move_row_entries(cache, rows: list[int], src: list[int], dst: list[int], length: int) -> None:
+    """Batched compaction of the newest entries: entry src[i] of row rows[i] is copied to dst[i] (every source read
+    before any destination is written), then the cache keeps `length` positions. Only the accepted paths move, where
+    `gather_rows` rewrote every row's whole prefix: at batch 4 on the bundled target, 16 gathers of 2.4 ms a step."""
+    if getattr(cache, "edits_in_place", False):
+        cache.move_row_entries(rows, src, dst, length)
+        return
+    layers = _editable_layers(cache)
+    if not layers:
+        return
+    if rows:
+        device = layers[0].keys.device
+        r, s, d = (torch.tensor(x, device=device) for x in (rows, src, dst))
+        for layer in layers:
+            for buf in (layer.keys, layer.values):  # [B, H, L, D]
+                buf[r, :, d] = buf[r, :, s]  # [M, H, D]: the right side is read whole first
+    crop(cache, length)
+
+
 def pack_columns(cache, cols: list[list[int]]) -> list[list[int]]:
     """A batched cache whose row b holds its entries at columns cols[b] (in order), packed so that they sit at
     0..len(cols[b]) - 1; returns the new columns. Nothing moves when they already do."""

@@ -141,6 +141,19 @@ class StaticKVCache(StaticCache):
     def moves_done(self) -> None:
         self.moves = None
 
+    def move_row_entries(self, rows: list[int], src: list[int], dst: list[int], length: int) -> None:
+        """Copy entry src[i] of row rows[i] to dst[i] in every layer (all sources read first), then keep `length`
+        entries: engine/cache.py's move_row_entries."""
+        self.settle()
+        live = self._live()
+        if rows and live:
+            device = live[0].keys.device
+            r, s, d = (torch.tensor(x, device=device) for x in (rows, src, dst))
+            for layer in live:
+                for buf in (layer.keys, layer.values):  # [B, H, capacity, D]
+                    buf[r, :, d] = buf[r, :, s]  # [M, H, D]
+        self.set_length(length)
+
     def gather_rows(self, index: torch.Tensor) -> None:
         """Row b keeps entries index[b] (ascending; pad entries point anywhere and stay masked). index: [B, L]."""
         self.settle()

@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from engine.batch import BatchDecoder
-from engine.cache import cache_length, compact_tail, gather_rows
+from engine.cache import cache_length, compact_tail, gather_rows, move_row_entries
 from engine.decoder import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
@@ -143,6 +143,31 @@ def test_static_cache_edits_match_the_dynamic_cache_edits():
             assert cache_length(cache) == 6
             outs.append(forward(torch.tensor([[3], [4]]), cache, None, torch.tensor([[14], [14]])).logits)
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
+
+
+def test_per_row_moves_keep_what_a_gather_keeps():
+    """The batch decoder's compaction (each row's accepted entries moved after its own prefix) leaves every row's
+    kept entries where a per-row gather of the whole prefix puts them, on the static and the eager cache."""
+    target = tiny_model("llama", seed=0)
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(3))
+    # row 0 holds 8 entries and keeps new columns 12 and 14 (moved to 8, 9); row 1 holds 12 and keeps 12, 13, 15
+    kept = torch.tensor([[*range(8), 12, 14, 0, 0, 0, 0, 0], [*range(12), 12, 13, 15]])
+    rows, src, dst = [0, 0, 1], [12, 14, 15], [8, 9, 14]
+    for forward in (CompiledForward(target, compile=False), ModelForward(target)):
+        with torch.no_grad():
+            moved, gathered = forward.new_cache(32), forward.new_cache(32)
+            for cache in (moved, gathered):
+                forward(ids, cache)
+                forward(
+                    torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), cache, None, torch.arange(12, 16)[None].repeat(2, 1)
+                )
+        move_row_entries(moved, rows, src, dst, 15)
+        gather_rows(gathered, kept)
+        assert cache_length(moved) == cache_length(gathered) == 15
+        for a, b in zip(moved.layers, gathered.layers):
+            for row, n in ((0, 10), (1, 15)):
+                torch.testing.assert_close(a.keys[row, :, :n], b.keys[row, :, :n])
+                torch.testing.assert_close(a.values[row, :, :n], b.values[row, :, :n])
 
 
 # ---- torch.compile itself -------------------------------------------------------------------------------------------
