@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from engine.budget import FullBudget
+from engine.budget import FullBudget, remembered
 from engine.cache import check_window, move_row_entries
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
@@ -135,7 +135,7 @@ class BatchDecoder:
             for d in drafters:
                 d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
         budget = self.budget if drafters[0].budgeted else FullBudget()
-        budget.reset()
+        budget.reset(remembered(self.target, drafters[0], B, self.sampling))
         hidden = drafters[0].needs_hidden_states
         self.feature_layers = drafters[0].feature_layers
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
@@ -244,6 +244,7 @@ class BatchDecoder:
             clock = prefill_s + draft_s + verify_s
             for b, step in outcomes.items():
                 yield b, step_event(run_ids[b], self.variant, steps[b], drafts[b], step, d_s, v_s, clock, len(new[b]))
+        budget.finish()
         wall = prefill_s + draft_s + verify_s
         batched = not isinstance(drafting, RowByRow)
         yield BatchResult(new, steps, forwards, wall, draft_s, verify_s, width, batched)

@@ -1,14 +1,17 @@
 """How deep each step may draft. `FullBudget` lets the drafter's own settings decide (every step drafts in full);
 `CostAwareBudget` picks, before each step, the depth cap that maximises expected tokens per second from what this run
 has measured: the time of a step (drafting and verifying) at each depth it drafted, and the acceptance observed at
-each depth. A cap of 0 is a plain decoding step. Only the draft's size changes, never the acceptance rule, so output
+each depth (starting from what the last run of the same target and drafter learned, see `remembered`). A cap of 0
+is a plain decoding step. Only the draft's size changes, never the acceptance rule, so output
 stays exactly the target's.
 """
 
 from __future__ import annotations
 
 import bisect
+import json
 import random
+import weakref
 from dataclasses import dataclass, field
 
 from engine.errors import GlanceError
@@ -27,6 +30,19 @@ PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
 # but cost EAGLE-3 7% off the suite, where it must notice that drafting pays again (2x: 1%).
 MAX_BACKOFF = 1
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
+# A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
+# step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
+# a short run can win back. At batch 4 and 32 tokens they took 50 ms of EAGLE-2's 250, for 2.5 tokens a row.
+PRIOR_WEIGHT = 8
+_MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
+
+
+def remembered(target, drafter, rows: int, sampling) -> dict:
+    """The slot a budget reads before a run of `drafter` on `target` and writes after it: one per drafter settings,
+    batch size and sampling setting, kept as long as the target is loaded."""
+    settings = json.dumps(drafter.settings(), sort_keys=True, default=str)
+    key = (drafter.name, settings, rows, sampling.temperature, sampling.top_p)
+    return _MEMORY.setdefault(target, {}).setdefault(key, {})
 
 
 def _median(values: list[float]) -> float:
@@ -41,8 +57,11 @@ class FullBudget:
 
     name = "full"
 
-    def reset(self) -> None:
-        """Forget the previous run."""
+    def reset(self, memory: dict | None = None) -> None:
+        """Start a run: forget the previous one, then read what `memory` (a `remembered` slot) kept, if anything."""
+
+    def finish(self) -> None:
+        """The run ended: write what it learned to the memory `reset` was given."""
 
     def choose(self) -> int | None:
         """The depth cap for the next step; None: no cap."""
@@ -78,8 +97,28 @@ class CostAwareBudget(FullBudget):
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
 
-    def reset(self) -> None:
+    memory: dict | None = None
+
+    def reset(self, memory: dict | None = None) -> None:
         self.__init__()
+        self.memory = memory
+        if memory:  # no warm-up: the last run measured plain steps and full drafts
+            self.recent = {d: list(v) for d, v in memory["recent"].items()}
+            scale = min(1.0, PRIOR_WEIGHT / max(memory["reached"][0], 1.0)) if memory["reached"] else 1.0
+            self.reached = [r * scale for r in memory["reached"]]
+            self.accepted = [a * scale for a in memory["accepted"]]
+            self.max_depth = memory["max_depth"]
+            self.steps = WARMUP_STEPS
+            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
+
+    def finish(self) -> None:
+        if self.memory is not None and self.max_depth > 0 and 0 in self.recent:
+            self.memory.update(
+                recent={d: list(v) for d, v in self.recent.items()},
+                reached=list(self.reached),
+                accepted=list(self.accepted),
+                max_depth=self.max_depth,
+            )
 
     def choose(self) -> int | None:
         if self.steps < WARMUP_STEPS - 1 or self.max_depth == 0:
@@ -111,7 +150,10 @@ class CostAwareBudget(FullBudget):
 
     def seconds(self, cap: int) -> float:
         """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
-        (one step stalled by the machine must not move an estimate), linear between them, flat beyond."""
+        (one step stalled by the machine must not move an estimate), linear between them, flat beyond. A plain step
+        counts its fastest recent time: every plain step has the same shape, and the first ones after a drafted
+        step run slower (the switch between compiled graphs), a cost of switching that a run of plain steps stops
+        paying."""
         return self._seconds([cap])[0]
 
     def _seconds(self, caps) -> list[float]:
@@ -120,7 +162,7 @@ class CostAwareBudget(FullBudget):
         known = sorted(self.recent)
         if not known:
             return [0.0 for _ in caps]
-        medians = [_median(self.recent[d]) for d in known]
+        medians = [min(self.recent[d]) if d == 0 else _median(self.recent[d]) for d in known]
         out = []
         for cap in caps:
             if cap <= known[0]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.budget import FullBudget
+from engine.budget import FullBudget, remembered
 from engine.cache import cache_length, check_window, compact_tail
 from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
@@ -116,7 +116,7 @@ class Decoder:
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
         drafter.reset()
-        self.budget.reset()
+        self.budget.reset(remembered(self.target, drafter, 1, self.sampling))
         self.check_fits(len(prompt_ids))
         self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
         cache = self.forward.new_cache(len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)
@@ -191,6 +191,7 @@ class Decoder:
             stats.add(event)
             yield event
 
+        self.budget.finish()
         wall = prefill_s + draft_s + verify_s
         yield RunSummary(
             run_id=run_id,

@@ -155,6 +155,42 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
 
 
+class Recording(CostAwareBudget):
+    """The cost-aware budget, keeping the caps it chose this run."""
+
+    def reset(self, memory=None) -> None:
+        super().reset(memory)
+        self.caps = []
+
+    def choose(self):
+        self.caps.append(super().choose())
+        return self.caps[-1]
+
+
+@pytest.mark.parametrize("method", ["vanilla", "eagle"])
+def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(setup, method):
+    """A second run starts from the first run's costs and acceptance (no warm-up of full drafts), one slot per batch
+    size; the single-row decoder does the same; every row stays lossless."""
+    from engine.budget import _MEMORY
+    from engine.decoder import Decoder
+
+    target, make, refs = setup
+    _MEMORY.pop(target, None)  # other tests' runs on this target
+    for rows in (PROMPTS[:4], PROMPTS[:4], PROMPTS[:2]):
+        budget = Recording()
+        seen = len(_MEMORY.get(target, {}))
+        res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(rows)
+        assert res.tokens == [refs[tuple(p)] for p in rows], method
+        new_slot = len(_MEMORY[target]) > seen
+        assert (budget.caps[:WARMUP_STEPS] == [None, None, 0]) == new_slot, budget.caps  # the warm-up: new slots only
+    assert len(_MEMORY[target]) == 2  # batches of 4, then of 2
+    runs = [
+        Decoder(target, make[method](), max_new_tokens=NEW, budget=CostAwareBudget()).generate(PROMPTS[1]) for _ in "ab"
+    ]
+    assert [r.events[1].extra["depth_cap"] is None for r in runs] == [True, False]
+    assert all(r.tokens == refs[tuple(PROMPTS[1])] for r in runs)
+
+
 def test_lookahead_fits_its_window_to_the_measured_forward_costs():
     """The window with the most expected tokens (`expected_tau`, the lookahead paper's log scaling) per second of
     the measured batch forward: costs that double by 20 tokens a row (the steepest here at B = 8) give the smallest

@@ -2,7 +2,16 @@
 
 import pytest
 
-from engine.budget import DEEP_EVERY, EXPLORE_EVERY, MAX_BACKOFF, WARMUP_STEPS, CostAwareBudget, FullBudget, make_budget
+from engine.budget import (
+    DEEP_EVERY,
+    EXPLORE_EVERY,
+    MAX_BACKOFF,
+    PRIOR_WEIGHT,
+    WARMUP_STEPS,
+    CostAwareBudget,
+    FullBudget,
+    make_budget,
+)
 from engine.errors import GlanceError
 from engine.session import RaceSettings
 from engine.tree import Draft
@@ -124,3 +133,59 @@ def test_expected_tokens_chain_conditional_acceptance():
         budget.observe(None, chain(4), 4 if i % 2 else 0, 0.0, 0.01)
     assert budget.expected_tokens(4) == pytest.approx(3.0, abs=0.05)
     assert budget.expected_tokens(1) == pytest.approx(1.5, abs=0.05)
+
+
+def test_a_plain_step_costs_its_fastest_recent_time():
+    """Plain steps have one shape; the first after a drafted step runs slower (a switch of compiled graphs), which a
+    run of plain steps stops paying, so the baseline is the fastest. Drafted depths keep their medians."""
+    budget = CostAwareBudget()
+    budget.recent = {0: [0.0075, 0.0060, 0.0070], 2: [0.010, 0.030, 0.011]}
+    assert budget.seconds(0) == pytest.approx(0.0060)
+    assert budget.seconds(2) == pytest.approx(0.011)
+
+
+def test_a_run_starts_from_what_the_last_run_learned():
+    """No warm-up after a run with the same slot: its costs as they were, its acceptance as at most PRIOR_WEIGHT
+    drafts (so the new text's own acceptance soon outweighs it)."""
+    memory: dict = {}
+    first = CostAwareBudget()
+    first.reset(memory)
+    caps = run(first, 40, lambda d: d, lambda d: 0.010 + 0.004 * d)
+    assert caps[:WARMUP_STEPS] == [None, None, 0]
+    first.finish()
+    assert memory["max_depth"] == 4 and memory["recent"][0] == first.recent[0]
+
+    second = CostAwareBudget()
+    second.reset(memory)
+    assert second.seconds(4) == first.seconds(4) and second.seconds(0) == first.seconds(0)
+    assert second.reached[0] == PRIOR_WEIGHT and second.accepted[0] == PRIOR_WEIGHT  # every depth-1 token accepted
+    best = max(range(5), key=second.rate)  # from the remembered costs and acceptance
+    assert best > 0 and second.choose() == best  # the best cap at once: no full drafts, no plain step to measure
+    later = run(second, 40, lambda d: 0, lambda d: 0.010 + 0.004 * d)  # the new text: nothing is accepted any more
+    assert later[-20:].count(0) > 14, later
+
+    fresh = CostAwareBudget()
+    fresh.reset({})  # an empty slot: the warm-up as before
+    assert fresh.choose() is None
+    fresh.finish()  # nothing measured: nothing written
+    assert CostAwareBudget().memory is None
+
+
+def test_the_memory_has_a_slot_per_drafter_setting_batch_size_and_sampling():
+    from engine.budget import remembered
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    from engine.sampling import SamplingConfig
+
+    class Target:  # anything a weak reference can point to: the slots live as long as the model
+        pass
+
+    target, other = Target(), Target()
+    greedy, hot = SamplingConfig(), SamplingConfig(temperature=0.8)
+    a = PromptLookupDrafter()
+    slot = remembered(target, a, 1, greedy)
+    slot["x"] = 1
+    assert remembered(target, PromptLookupDrafter(), 1, greedy) is slot  # same settings: the same slot
+    assert remembered(target, a, 2, greedy) is not slot
+    assert remembered(target, a, 1, hot) is not slot
+    assert remembered(other, a, 1, greedy) is not slot
+    assert remembered(target, PromptLookupDrafter(max_ngram=a.max_ngram + 1), 1, greedy) is not slot
