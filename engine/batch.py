@@ -110,10 +110,13 @@ class BatchDecoder:
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
-    def _forward(self, ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor, cache, hidden: bool):
-        """ids, positions: [B, S]; visible: [B, S, past + S] bool."""
+    def _forward(
+        self, ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor, cache, hidden: bool, logits_at=None
+    ):
+        """ids, positions: [B, S]; visible: [B, S, past + S] bool; logits at the new tokens `logits_at` (None: all)."""
         mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, past + S]
-        return self.forward(ids.to(self.device), cache, mask, positions.to(self.device), hidden, self.feature_layers)
+        ids, positions = ids.to(self.device), positions.to(self.device)
+        return self.forward(ids, cache, mask, positions, hidden, self.feature_layers, logits_at)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]]) -> BatchResult:
@@ -159,11 +162,12 @@ class BatchDecoder:
             ids[b, : len(p)] = torch.tensor(p)
             visible[b, :, : len(p)] = causal[:, : len(p)]
             positions[b] = torch.arange(T).clamp(max=len(p) - 1)
-        out = self._forward(ids, visible, positions, cache, hidden)
+        lasts = sorted({n - 1 for n in lens})  # the LM head on each prompt's last token only (all rows get each)
+        out = self._forward(ids, visible, positions, cache, hidden, lasts)
         forwards = 1
         states, new, active = [], [], []
         for b, p in enumerate(prompts):
-            first = first_token(out.logits[b, len(p) - 1].float(), self.sampling, gens[b])
+            first = first_token(out.logits[b, lasts.index(len(p) - 1)].float(), self.sampling, gens[b])
             state = DecodeState(list(p) + [first], len(p), self.sampling, gens[b], _row_view(out, b, len(p)))
             drafters[b].begin(state)
             states.append(state)

@@ -80,7 +80,7 @@ class Decoder:
         check_window(self.target.config, prompt_tokens + self.max_new_tokens + self.drafter.extra_positions)
         self.drafter.check_context(prompt_tokens + self.max_new_tokens)
 
-    def _forward(self, ids: torch.Tensor, cache, draft: Draft | None = None):
+    def _forward(self, ids: torch.Tensor, cache, draft: Draft | None = None, logits_at: list[int] | None = None):
         """Target forward over `ids` [1, S]; with a draft, ids are [pending] + tree nodes + side tokens under the
         draft's mask and positions."""
         mask = positions = None
@@ -89,7 +89,8 @@ class Decoder:
             width = self.forward.mask_width(cache, ids.shape[1])  # a static cache's capacity: no padding after
             mask = tree_attention_mask(draft.parents, past, self.dtype, self.device, draft.side_visible, width)
             positions = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
-        return self.forward(ids, cache, mask, positions, self.drafter.needs_hidden_states, self.drafter.feature_layers)
+        hidden, layers = self.drafter.needs_hidden_states, self.drafter.feature_layers
+        return self.forward(ids, cache, mask, positions, hidden, layers, logits_at)
 
     def _target_view(self, logits: torch.Tensor, tokens: list[int], rows: list[int]):
         """The target's probability of each emitted token and its top tokens, at the rows that emitted them (the
@@ -130,7 +131,8 @@ class Decoder:
         sync(self.device)
         t0 = time.perf_counter()
         # Prefill: the whole prompt; its last logits give the first new token (not counted in tau).
-        out = self._forward(torch.tensor([prompt_ids], device=self.device), cache)
+        # the LM head on the last row only: no drafter reads the prompt's logits
+        out = self._forward(torch.tensor([prompt_ids], device=self.device), cache, logits_at=[len(prompt_ids) - 1])
         forwards += 1
         logits = out.logits[0, -1:].float()  # [1, V]
         first = first_token(logits[0], self.sampling, gen)

@@ -145,6 +145,24 @@ def test_static_cache_edits_match_the_dynamic_cache_edits():
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("takes_it", [True, False])
+def test_logits_at_gives_those_rows_logits_and_nothing_else(monkeypatch, takes_it):
+    """A prefill that asks for the last rows only gets exactly those rows' logits (the LM head runs on them alone
+    where the model takes `logits_to_keep`; otherwise the rows are picked afterwards), on every forward kind."""
+    import engine.forward as forward_module
+
+    monkeypatch.setattr(forward_module, "_takes_logits_to_keep", lambda cls: takes_it)
+    target = tiny_model("llama", seed=0)
+    ids = torch.randint(0, 96, (2, 9), generator=torch.Generator().manual_seed(4))
+    for forward in (CompiledForward(target, compile=False), ModelForward(target)):
+        with torch.no_grad():
+            full = forward(ids, forward.new_cache(16)).logits  # [2, 9, V]
+            for at in ([8], [3, 8], [0, 2, 5]):
+                out = forward(ids, forward.new_cache(16), logits_at=at)
+                assert out.logits.shape[:2] == (2, len(at))
+                torch.testing.assert_close(out.logits, full[:, at], atol=1e-5, rtol=1e-5)
+
+
 def test_per_row_moves_keep_what_a_gather_keeps():
     """The batch decoder's compaction (each row's accepted entries moved after its own prefix) leaves every row's
     kept entries where a per-row gather of the whole prefix puts them, on the static and the eager cache."""

@@ -142,6 +142,20 @@ class EagleDrafter(Drafter):
         )
         return out[0], values[0], ids[0]
 
+    def _prefill(self, tokens: list[int], feats: torch.Tensor) -> None:
+        """The head forward over a causal run of pairs into its empty cache, without the read-out: a top-k over the
+        vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the first
+        draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). feats: [m, F]."""
+        m, dev = len(tokens), feats.device
+        causal = torch.full((m, m), torch.finfo(feats.dtype).min, dtype=feats.dtype).triu(1)  # [m, m]
+        self.head(
+            torch.tensor([tokens], device=dev),
+            feats[None],
+            torch.arange(m, device=dev)[None],
+            self.cache,
+            causal[None, None].to(dev),
+        )
+
     @staticmethod
     def top_lists(values: torch.Tensor, ids: torch.Tensor) -> list[tuple[list, list]]:
         """Per row of a read-out [m, k]: the candidates' target ids and log-probs as lists, one copy each."""
@@ -155,6 +169,9 @@ class EagleDrafter(Drafter):
         base = cache_length(self.cache)
         toks, feats = self.pending
         m = len(toks)
+        if base == 0 and m > 1:  # the prompt's pairs: into the head's cache with no read-out but the last one's
+            self._prefill(toks[:-1], feats[:-1].to(dtype))
+            base, toks, feats, m = m - 1, toks[-1:], feats[-1:], 1
         out, values, ids = self._feed(
             toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
         )

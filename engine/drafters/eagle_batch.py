@@ -32,10 +32,13 @@ class BatchedTrees:
         self.cache = self.head.new_cache()
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
 
-    def _forward(self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[int], list[list[int]]]]) -> dict:
+    def _forward(
+        self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[int], list[list[int]]]], readout=True
+    ) -> dict:
         """One head forward and read-out. feeds[b] = (tokens, features [n, F], positions, columns every new entry may
         see, columns each new entry may see besides those and itself). Returns {b: (outputs [n, H], the columns the
-        new entries took, per new entry its candidates (target ids, log-probs) as lists)}."""
+        new entries took, per new entry its candidates (target ids, log-probs) as lists)}; `readout` False: the
+        head forward alone, no candidates (None)."""
         # at least two entries per row (padding: never seen, packed away), so a compiled step has one graph for
         # every batch forward rather than one more for a single new entry
         B, S = len(self.rows), max(2, max(len(f[0]) for f in feeds.values()))
@@ -57,6 +60,11 @@ class BatchedTrees:
                 if cols:
                     visible[b, r, cols] = True
         device = self.device
+        if not readout:
+            ids_t, positions_t = torch.from_numpy(ids).to(device), torch.from_numpy(positions).to(device)
+            mask = additive_mask(torch.from_numpy(visible), self.dtype, device)  # [B, 1, S, width + S]
+            self.head(ids_t, feats.to(device), positions_t, self.cache, mask)
+            return {b: (None, list(range(width, width + len(f[0]))), None) for b, f in feeds.items()}
         out, values, top = draft_step(self.head)(
             torch.from_numpy(ids).to(device),
             feats.to(device),
@@ -79,20 +87,32 @@ class BatchedTrees:
         if not live:
             return drafts
         self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
-        feeds = {}
+        pending, prompts = {}, {}
         for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
             toks, f = rows[b].pending
             rows[b].pending = None
-            base, m = len(self.cols[b]), len(toks)
+            if not self.cols[b] and len(toks) > 1:  # a prompt's pairs: no read-out but the last one's (as one row)
+                prompts[b] = (toks[:-1], f[:-1])
+                toks, f = toks[-1:], f[-1:]
+            pending[b] = (toks, f)
+        for part, readout in ((prompts, False), (pending, True)):
+            if not part:
+                continue
             width = cache_length(self.cache)
-            feeds[b] = (
-                toks,
-                f,
-                list(range(base, base + m)),
-                self.cols[b],
-                [[width + j for j in range(i)] for i in range(m)],
-            )
-        outs = self._forward(feeds)
+            feeds = {
+                b: (
+                    toks,
+                    f,
+                    list(range(len(self.cols[b]), len(self.cols[b]) + len(toks))),
+                    self.cols[b],
+                    [[width + j for j in range(i)] for i in range(len(toks))],
+                )
+                for b, (toks, f) in part.items()
+            }
+            outs = self._forward(feeds, readout)
+            if not readout:
+                for b in part:
+                    self.cols[b] += outs[b][1]
         trees, committed = {}, {}
         for b in live:
             self.cols[b] += outs[b][1]

@@ -76,7 +76,7 @@ class VanillaDrafter(Drafter):
         """Feed tokens the draft has not seen; return the logits [V] after the last one and, when `greedy`, their
         argmax [] (free from a compiled graph; a pass over the logits otherwise, so not when sampling)."""
         ids = torch.tensor([new_tokens], device=self.device)
-        out = self.forward(ids, self.cache)
+        out = self.forward(ids, self.cache, logits_at=[len(new_tokens) - 1])  # the first draft: the prompt's last
         self.seen.extend(new_tokens)
         return out.logits[0, -1], greedy_ids(out)[0, -1] if greedy else None
 

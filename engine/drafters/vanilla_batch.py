@@ -52,8 +52,10 @@ class BatchedChains:
             positions[b, n:] = seen
             self.cols[b] += range(width, width + n)
         mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
-        out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device))
-        last = torch.tensor([max(len(f), 1) - 1 for f in feeds], device=out.logits.device)
+        lasts = [max(len(f), 1) - 1 for f in feeds]
+        at = sorted(set(lasts))  # the LM head on each row's last fed token only (the first draft feeds the prompt)
+        out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device), logits_at=at)
+        last = torch.tensor([at.index(n) for n in lasts], device=out.logits.device)
         rows = torch.arange(B, device=last.device)
         best = greedy_ids(out)[rows, last].tolist() if greedy else None  # each row's argmax, when any row is greedy
         return out.logits[rows, last], best  # [B, V]
