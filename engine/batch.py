@@ -185,8 +185,8 @@ class BatchDecoder:
 
         while any(active):
             ts = time.perf_counter()
-            cap = budget.choose()  # None: as deep as the drafters' settings allow
             left = [self.max_new_tokens - len(new[b]) - 1 for b in range(B)]
+            cap = budget.choose(max(n for n, a in zip(left, active) if a))  # None: as deep as the drafters allow
             drafts = drafting.propose(states, [n if cap is None else min(n, cap) for n in left], active)
             sync(self.device)
             tv = time.perf_counter()

@@ -34,6 +34,10 @@ KEEP = 5  # steps remembered per depth: the context grows and costs drift with i
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
 # a short run can win back. At batch 4 and 32 tokens they took 50 ms of EAGLE-2's 250, for 2.5 tokens a row.
 PRIOR_WEIGHT = 8
+# While plain steps are best, a probe needs this many tokens left in the run: one that finds drafting pays after all
+# must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
+# prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
+PROBE_HORIZON = 24
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 
 
@@ -63,8 +67,8 @@ class FullBudget:
     def finish(self) -> None:
         """The run ended: write what it learned to the memory `reset` was given."""
 
-    def choose(self) -> int | None:
-        """The depth cap for the next step; None: no cap."""
+    def choose(self, left: int | None = None) -> int | None:
+        """The depth cap for the next step; None: no cap. `left`: the most tokens any row may still emit."""
         return None
 
     def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
@@ -120,7 +124,7 @@ class CostAwareBudget(FullBudget):
                 max_depth=self.max_depth,
             )
 
-    def choose(self) -> int | None:
+    def choose(self, left: int | None = None) -> int | None:
         if self.steps < WARMUP_STEPS - 1 or self.max_depth == 0:
             return None
         if self.steps == WARMUP_STEPS - 1:
@@ -128,6 +132,8 @@ class CostAwareBudget(FullBudget):
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         best = max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
+        if best == 0 and left is not None and left < PROBE_HORIZON:
+            return 0  # too late in the run for a probe to pay for itself
         if self.steps >= self.next_probe:  # a probe: one depth past the best, now and then uncapped
             # (it used to alternate uncapped drafts with every cap in turn: where plain steps win, each such probe
             # cost several plain steps, and the budget's own measuring held drafters below 1x off the suite)

@@ -154,7 +154,7 @@ class Decoder:
                 break
             left = self.max_new_tokens - len(new)
             ts = time.perf_counter()
-            cap = self.budget.choose()  # None: as deep as the drafter's settings allow
+            cap = self.budget.choose(left - 1)  # None: as deep as the drafter's settings allow
             draft = drafter.propose(state, max_tokens=left - 1 if cap is None else min(left - 1, cap))
             sync(self.device)
             tv = time.perf_counter()

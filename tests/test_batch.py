@@ -162,8 +162,8 @@ class Recording(CostAwareBudget):
         super().reset(memory)
         self.caps = []
 
-    def choose(self):
-        self.caps.append(super().choose())
+    def choose(self, left=None):
+        self.caps.append(super().choose(left))
         return self.caps[-1]
 
 

@@ -189,3 +189,21 @@ def test_the_memory_has_a_slot_per_drafter_setting_batch_size_and_sampling():
     assert remembered(target, a, 1, hot) is not slot
     assert remembered(other, a, 1, greedy) is not slot
     assert remembered(target, PromptLookupDrafter(max_ngram=a.max_ngram + 1), 1, greedy) is not slot
+
+
+def test_no_probe_near_the_end_of_a_run_while_plain_steps_win():
+    """A probe that finds drafting pays needs steps left to win back its cost: with fewer than PROBE_HORIZON tokens
+    left and plain steps best, every step is plain; with more, probes come as before."""
+    from engine.budget import PROBE_HORIZON
+
+    caps = {}
+    for left in (PROBE_HORIZON - 1, PROBE_HORIZON + 100):
+        budget, caps[left] = CostAwareBudget(), []
+        for _ in range(60):
+            cap = budget.choose(left)
+            depth = 4 if cap is None else min(cap, 4)
+            budget.observe(cap, chain(depth), 0, 0.0, 0.010 * (1 + 0.5 * depth))  # nothing is ever accepted
+            caps[left].append(cap)
+    assert caps[PROBE_HORIZON - 1][WARMUP_STEPS:] == [0] * (60 - WARMUP_STEPS)
+    assert caps[PROBE_HORIZON - 1][:WARMUP_STEPS] == [None, None, 0]  # the warm-up measures both ends regardless
+    assert sum(c != 0 for c in caps[PROBE_HORIZON + 100][WARMUP_STEPS:]) >= 3

@@ -122,7 +122,7 @@ class RandomCaps(FullBudget):
     def __init__(self) -> None:
         self.rng = random.Random(0)
 
-    def choose(self) -> int | None:
+    def choose(self, left: int | None = None) -> int | None:
         return self.rng.choice([None, 0, 0, 1, 2, 3])
 
 

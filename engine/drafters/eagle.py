@@ -77,7 +77,9 @@ class EagleDrafter(Drafter):
         self.levels, self.total = tree_shape(depth, total_tokens)  # what the loop below builds and verifies
         self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
         self.cache = None
-        self.pending: tuple[list[int], torch.Tensor] | None = None  # committed pairs not yet in the head cache
+        # committed pairs not yet in the head cache: tokens and their features [n_i, H] in chunks, one per step (a
+        # plain step appends one; concatenated when drafting takes them, not on every step that waits)
+        self.pending: tuple[list[int], list[torch.Tensor]] | None = None
         self.dtype = next(head.parameters()).dtype
         # candidates read per drafted row: the root's and every node's children come from the same top-k
         self.k_read = top_k if dynamic else max(max(p[0] for p in self.paths), max(p[-1] for p in self.paths)) + 1
@@ -93,15 +95,23 @@ class EagleDrafter(Drafter):
     def begin(self, state: DecodeState) -> None:
         self.cache = self.head.new_cache()
         feats = self.features(state.target_out)  # [P, H]: features of every prompt position
-        self.pending = (state.tokens[1:], feats)  # pairs (x_{i+1}, f_i)
+        self.pending = (state.tokens[1:], [feats])  # pairs (x_{i+1}, f_i)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         rows = state.rows  # verify rows whose features predicted the emitted tokens
         feats = self.features(state.target_out)[rows]  # [k, H]
         toks = state.tokens[-len(rows) :]
-        if self.pending is not None:  # this step drafted nothing (its depth cap was 0): the earlier pairs still wait
-            toks, feats = self.pending[0] + toks, torch.cat([self.pending[1], feats.to(self.pending[1].dtype)])
-        self.pending = (toks, feats)
+        if self.pending is None:
+            self.pending = (toks, [feats])
+        else:  # this step drafted nothing (its depth cap was 0): the earlier pairs still wait
+            self.pending[0].extend(toks)
+            self.pending[1].append(feats)
+
+    def take_pending(self) -> tuple[list[int], torch.Tensor]:
+        """The waiting pairs, tokens and features [n, H], and none left waiting."""
+        toks, chunks = self.pending
+        self.pending = None
+        return toks, chunks[0] if len(chunks) == 1 else torch.cat([c.to(chunks[0].dtype) for c in chunks])
 
     def _drop_drafts(self, committed: int) -> None:
         """Keep only the committed pairs in the head's cache: draft entries were only for drafting."""
@@ -167,7 +177,7 @@ class EagleDrafter(Drafter):
             return Draft()
         dtype = self.dtype
         base = cache_length(self.cache)
-        toks, feats = self.pending
+        toks, feats = self.take_pending()
         m = len(toks)
         if base == 0 and m > 1:  # the prompt's pairs: into the head's cache with no read-out but the last one's
             self._prefill(toks[:-1], feats[:-1].to(dtype))
@@ -175,7 +185,6 @@ class EagleDrafter(Drafter):
         out, values, ids = self._feed(
             toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
         )
-        self.pending = None
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
         tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))

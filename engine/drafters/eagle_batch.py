@@ -89,8 +89,7 @@ class BatchedTrees:
         self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
         pending, prompts = {}, {}
         for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
-            toks, f = rows[b].pending
-            rows[b].pending = None
+            toks, f = rows[b].take_pending()
             if not self.cols[b] and len(toks) > 1:  # a prompt's pairs: no read-out but the last one's (as one row)
                 prompts[b] = (toks[:-1], f[:-1])
                 toks, f = toks[-1:], f[-1:]
