@@ -101,7 +101,7 @@ class CostAwareBudget(FullBudget):
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
 
-    memory: dict | None = None
+    memory: dict | None = field(default=None, repr=False)  # the `remembered` slot of this run
 
     def reset(self, memory: dict | None = None) -> None:
         self.__init__()
