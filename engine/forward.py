@@ -34,14 +34,14 @@ RECOMPILE_LIMIT = 32
 COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tokens
 
 
-def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int) -> dict:
+def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int, device) -> dict:
     """The model's `logits_to_keep` for `logits_at` (positions of the new tokens whose logits the caller reads; None:
     all): the LM head then runs on those rows only. A prompt's prefill needs the last row's; over a 150-token prompt
     the others cost about as much as a third of the prefill on the bundled target. {} where the model has no such
     argument, or all rows are wanted."""
     if logits_at is None or len(logits_at) == S or not _takes_logits_to_keep(type(model)):
         return {}
-    return {"logits_to_keep": 1 if list(logits_at) == [S - 1] else torch.tensor(logits_at)}
+    return {"logits_to_keep": 1 if list(logits_at) == [S - 1] else torch.tensor(logits_at, device=device)}
 
 
 @functools.cache
@@ -85,7 +85,7 @@ class ModelForward:
         """ids, positions: [B, S]; mask: additive [B or 1, 1, S, past + S]. The model's output, with
         `layer_features`: the inputs [B, S, H] of `feature_layers`; its logits [B, len(logits_at), V] at the new
         tokens `logits_at` (None: every one)."""
-        kwargs = _keep(self.model, logits_at, ids.shape[1])
+        kwargs = _keep(self.model, logits_at, ids.shape[1], ids.device)
         if mask is not None:
             kwargs["attention_mask"] = mask
         if positions is not None:
@@ -219,7 +219,7 @@ class CompiledForward(torch.nn.Module):
         }
         if past == 0 or self.graph is None:  # prefill (any prompt length): eager
             cache.settle()
-            out = self.model(**kwargs, **_keep(self.model, logits_at, S))
+            out = self.model(**kwargs, **_keep(self.model, logits_at, S, device))
             if not cache.pinned:
                 cache.unpin()  # the buffers exist now (created by the first write)
         else:
