@@ -201,8 +201,9 @@ class SettingsPanel(QGroupBox):
         self.budget.addItem("cost-aware", "auto")
         self.budget.addItem("full", "full")
         self.budget.setToolTip(
-            "cost-aware: each step drafts as deep as this run's measured step times and acceptance say pays, down "
-            "to a plain step (the chosen depth shows in the step inspector) · full: every step drafts as much as "
+            "cost-aware: each step drafts as deep as the measured step times and acceptance say pays (this run's, "
+            "starting from the last run's of the same model and settings), down to a plain step (the chosen depth "
+            "shows in the step inspector) · full: every step drafts as much as "
             "the drafter's settings allow, as in the papers"
         )
         self.methods: dict[str, QCheckBox] = {}

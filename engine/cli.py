@@ -80,9 +80,9 @@ def _add_budget_arg(p: argparse.ArgumentParser, sweep_note: str = "") -> None:
         "--draft-budget",
         default=None,
         choices=["auto", "full"],
-        help="auto (default): each step drafts as deep as this run's measured step times and acceptance say pays, "
-        "down to a plain step; full: every step drafts as much as the drafter's settings allow, as in the papers"
-        + sweep_note,
+        help="auto (default): each step drafts as deep as the measured step times and acceptance say pays (this "
+        "run's, starting from the last run's of the same model and settings), down to a plain step; full: every "
+        "step drafts as much as the drafter's settings allow, as in the papers" + sweep_note,
     )
 
 
