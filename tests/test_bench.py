@@ -122,6 +122,14 @@ def test_sweep_prediction_finds_the_crossover():
     assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + (0.015 + 3 / 7 * 0.05) / 0.015), rel=1e-3)
     assert pred["predicted_crossover"] == 4 and pred["measured_crossover"] == 4
 
+    # B=1's cell measured its verify at 1.5 plain steps where the grid says 1.0: every B's verify counts 1.5x
+    sweep["rows"][1]["m"]["verify_steps"] = 1.5
+    pred = predict(sweep, grid)["m"]
+    assert pred["predicted_speedup"][1] == pytest.approx(2 / (0.2 + 1.5), rel=1e-3)
+    verify4 = 1.5 * (0.015 + 3 / 7 * 0.05) / 0.015
+    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + verify4), rel=1e-3)
+    assert pred["predicted_crossover"] == 2  # the measured verify moves the crossover a batch size earlier
+
 
 def test_chain_prediction_matches_the_formula():
     a_, gamma = 0.6, 4
