@@ -150,27 +150,29 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
     b0 = sizes[0]
     rows = sweep["rows"]
     out = {}
+
+    def cost(b: int, k: float) -> float:
+        """The grid's forward seconds at batch b over k tokens a row, linear between measured widths."""
+        ks = sorted(grid[b])
+        return float(np.interp(k, ks, [grid[b][x] for x in ks]))
+
     for m in sweep["methods"]:
         if m == "ar":
             continue
         first = rows[b0][m]
-        ks0 = sorted(grid[b0])
-        at_b0 = [grid[b0][x] for x in ks0]
-        grid_verify0 = float(np.interp(first["width"], ks0, at_b0)) / float(np.interp(1, ks0, at_b0))
+        grid_verify0 = cost(b0, first["width"]) / cost(b0, 1)
         measured0 = first.get("verify_steps")  # None where B0's plain step was not measured
         factor = measured0 / grid_verify0 if measured0 and grid_verify0 > 0 else 1.0
         per_batch = {}
         for b in sizes:
-            ks = sorted(grid[b])
-            cost = lambda k, b=b, ks=ks: float(np.interp(k, ks, [grid[b][x] for x in ks]))  # noqa: E731
-            plain = cost(1)
+            plain = cost(b, 1)
             rows_ratio = (
                 1.0
                 if rows[b][m].get("batched_drafting")
                 else rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
             )
             draft = first["draft_ms_per_step"] / 1e3 * rows_ratio / plain
-            verify = factor * cost(rows[b][m]["width"]) / plain
+            verify = factor * cost(b, rows[b][m]["width"]) / plain
             per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
         out[m] = {
             "predicted_speedup": per_batch,

@@ -60,19 +60,17 @@ class BatchedTrees:
                 if cols:
                     visible[b, r, cols] = True
         device = self.device
-        if not readout:
-            ids_t, positions_t = torch.from_numpy(ids).to(device), torch.from_numpy(positions).to(device)
-            mask = additive_mask(torch.from_numpy(visible), self.dtype, device)  # [B, 1, S, width + S]
-            self.head(ids_t, feats.to(device), positions_t, self.cache, mask)
-            return {b: (None, list(range(width, width + len(f[0]))), None) for b, f in feeds.items()}
-        out, values, top = draft_step(self.head)(
+        inputs = (
             torch.from_numpy(ids).to(device),
             feats.to(device),
             torch.from_numpy(positions).to(device),
             self.cache,
             additive_mask(torch.from_numpy(visible), self.dtype, device),  # [B, 1, S, width + S]
-            self.rows[0].k_read,
-        )  # [B, S, H], [B, S, k], [B, S, k]
+        )
+        if not readout:
+            self.head(*inputs)
+            return {b: (None, list(range(width, width + len(f[0]))), None) for b, f in feeds.items()}
+        out, values, top = draft_step(self.head)(*inputs, self.rows[0].k_read)  # [B, S, H], [B, S, k], [B, S, k]
         values, top = values.tolist(), top.tolist()  # one copy each for every row
         return {
             b: (out[b, :n], list(range(width, width + n)), list(zip(top[b][:n], values[b][:n])))
