@@ -27,6 +27,7 @@ import torch
 from engine.cache import cache_length, new_cache
 from engine.errors import reason
 from engine.features import layer_inputs
+from engine.packed import pack_linears
 from engine.static_cache import StaticKVCache, apply_moves
 
 Progress = Callable[[int, int, str], None]
@@ -160,6 +161,9 @@ class CompiledForward(torch.nn.Module):
             # costs tens of microseconds on top of its arithmetic, and a one-token forward makes 57 of them.
             # Interleaved here: the bundled target 12.3 -> 10.8 ms per one-token forward, the draft 2.1 -> 1.8 ms.
             torch._inductor.config.cpp.enable_concat_linear = True
+            # One packed copy of the weights for every graph and the eager prefill (engine/packed.py): with a copy
+            # per graph, a drafted step evicted the one-token graph's and the plain steps after it ran slow.
+            pack_linears(model)
         self.graph = compile_function(_graph_function(model)) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None

@@ -1,0 +1,130 @@
+"""One oneDNN-packed copy of a model's linear weights, shared by every graph of the model and by its eager prefill
+(CPU, bfloat16 or float16).
+
+Why: freezing (engine/forward.py) made inductor pack the weights into each compiled graph, so a model compiled for one
+token and for several held two packed copies, and the eager prefill read a third. A drafted step between plain ones
+read the other copy, evicted the one-token graph's from the cache, and the plain steps after it ran slow for 10-20
+steps (measured on the bundled target: 5.7 ms right after a drafted step, 4.6 ms twenty steps later). Packed here once,
+every graph and the prefill read the same tensors. Projections of one input (q/k/v, gate/up) become one product, as
+inductor's concat_linear made them: each oneDNN call costs tens of microseconds on top of its arithmetic.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+PACKED_DTYPES = (torch.bfloat16, torch.float16)  # where inductor packs for oneDNN too (float32 goes to MKL)
+FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # projections of one input, called in this order
+PACK_ROWS = 1  # oneDNN's hint of the rows a product has: decoding's step (any row count runs on the packed weight)
+
+
+def packable(model: nn.Module) -> bool:
+    """Whether `model`'s weights can be packed here: on a CPU with oneDNN, in a half-precision dtype."""
+    param = next(model.parameters(), None)
+    return (
+        param is not None
+        and param.device.type == "cpu"
+        and param.dtype in PACKED_DTYPES
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+def _pack(weight: torch.Tensor) -> torch.Tensor:
+    """[out, in] -> oneDNN's blocked layout of the same weight (an opaque tensor only `_linear_pointwise` reads)."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS)
+
+
+def _product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out: int) -> torch.Tensor:
+    """x [..., in] @ weight.T + bias -> [..., out], on the packed weight."""
+    y = torch.ops.mkldnn._linear_pointwise(x.reshape(-1, x.shape[-1]), packed, bias, "none", [], "")  # [N, out]
+    return y.view(*x.shape[:-1], out)
+
+
+class PackedLinear(nn.Module):
+    """nn.Linear's forward on a packed weight. `weight` and `bias` stay (tied embeddings, EAGLE reading the target's
+    LM head, parameter counts); with gradients on, it runs nn.Linear's own product (the packed one has no backward)."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.register_buffer("packed", _pack(linear.weight), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return nn.functional.linear(x, self.weight, self.bias)
+        return _product(x, self.packed, self.bias, self.out_features)
+
+
+class _FusedProduct:
+    """Several projections of one input as one product: the first member called computes every member's output,
+    the others take their slice of it. `pending`: [input, output, members served], until the last one is."""
+
+    def __init__(self, linears: list[nn.Linear]) -> None:
+        self.members = len(linears)
+        biases = [lin.bias for lin in linears]
+        bias = None
+        if any(b is not None for b in biases):
+            parts = [
+                b.detach() if b is not None else lin.weight.new_zeros(lin.out_features)
+                for b, lin in zip(biases, linears)
+            ]
+            bias = torch.cat(parts)
+        self.bias = bias
+        self.packed = _pack(torch.cat([lin.weight.detach() for lin in linears]))  # [sum of outs, in], packed
+        self.width = sum(lin.out_features for lin in linears)
+        self.pending: list | None = None
+
+    def take(self, member: FusedLinear, x: torch.Tensor) -> torch.Tensor:
+        if self.pending is None or self.pending[0] is not x:  # a new input (or a member called out of turn)
+            self.pending = [x, _product(x, member.packed, member.fused_bias, self.width), 0]
+        out = self.pending[1][..., member.start : member.stop]
+        self.pending[2] += 1
+        if self.pending[2] == self.members:
+            self.pending = None  # nothing held between forwards
+        return out
+
+
+class FusedLinear(nn.Module):
+    """One member of a fused product (q_proj of q/k/v): its output is its slice of the product over every member's
+    weights. Exact for any call order: a member whose input differs from the pending one computes afresh."""
+
+    def __init__(self, linear: nn.Linear, group: _FusedProduct, start: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.weight, self.bias = linear.weight, linear.bias
+        self.register_buffer("packed", group.packed, persistent=False)  # the same tensor in every member
+        self.register_buffer("fused_bias", group.bias, persistent=False)  # None without biases
+        self.start, self.stop = start, start + linear.out_features
+        self.__dict__["group"] = group  # not a module: nothing of it in state dicts or module walks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return nn.functional.linear(x, self.weight, self.bias)
+        return self.group.take(self, x)
+
+
+def pack_linears(model: nn.Module) -> int:
+    """Replace `model`'s nn.Linear layers by packed ones (fusing q/k/v and gate/up where a module has them all);
+    the number replaced. Nothing where `packable` says no; a model packed already stays as it is."""
+    if not packable(model):
+        return 0
+    replaced = 0
+    for module in list(model.modules()):
+        for names in FUSED:
+            linears = [getattr(module, name, None) for name in names]
+            if not all(type(lin) is nn.Linear for lin in linears):
+                continue
+            if len({lin.in_features for lin in linears}) != 1:
+                continue
+            group, start = _FusedProduct(linears), 0
+            for name, lin in zip(names, linears):
+                setattr(module, name, FusedLinear(lin, group, start))
+                start += lin.out_features
+                replaced += 1
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, PackedLinear(child))
+                replaced += 1
+    return replaced

@@ -1,0 +1,101 @@
+"""Packed linear weights (engine/packed.py): the same products as the model's own layers, one packed copy shared by
+every compiled graph, fused projections exact in any call order, gradients through the plain product."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from engine.forward import CompiledForward, uncompile
+from engine.packed import FusedLinear, PackedLinear, pack_linears, packable
+from tests.conftest import tiny_model
+
+IDS = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(5))
+
+
+def half(arch: str) -> torch.nn.Module:
+    return tiny_model(arch, seed=0, sharpen=4.0).to(torch.bfloat16)
+
+
+def linears(model) -> list[str]:
+    return [n for n, m in model.named_modules() if type(m) is torch.nn.Linear]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])  # qwen2: biases on q/k/v; gpt2: Conv1D, LM head only
+def test_packed_layers_compute_what_the_model_computed(arch):
+    model = half(arch)
+    before = linears(model)
+    with torch.no_grad():
+        want = model(input_ids=IDS).logits.float()  # [1, 12, V]
+        assert pack_linears(model) == len(before) > 0
+        got = model(input_ids=IDS).logits.float()
+    assert linears(model) == []
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bfloat16: kernels round differently
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    assert pack_linears(model) == 0  # packed already: nothing more
+
+
+def test_packed_layers_keep_their_weights_and_the_tied_head():
+    model = tiny_model("llama").to(torch.bfloat16)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()  # the LM head is the embedding table, as in SmolLM2
+    params = sum(p.numel() for p in model.parameters())
+    pack_linears(model)
+    head = model.get_output_embeddings()
+    assert isinstance(head, PackedLinear)
+    assert head.weight is model.get_input_embeddings().weight
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert not any("packed" in k for k in model.state_dict())  # checkpoints keep the model's own layout
+
+
+def test_fused_projections_are_exact_in_any_order_and_hold_nothing_after():
+    model = half("qwen2")
+    attn = model.model.layers[0].self_attn
+    plain = {n: getattr(attn, n) for n in ("q_proj", "k_proj", "v_proj")}
+    pack_linears(model)
+    fused = {n: getattr(attn, n) for n in plain}
+    assert all(isinstance(m, FusedLinear) for m in fused.values())
+    x = torch.randn(1, 5, model.config.hidden_size, dtype=torch.bfloat16)
+    y = torch.randn(1, 5, model.config.hidden_size, dtype=torch.bfloat16)
+    with torch.no_grad():
+        for order, inputs in ((("q_proj", "k_proj", "v_proj"), (x, x, x)), (("v_proj", "q_proj", "k_proj"), (x, y, x))):
+            for name, inp in zip(order, inputs):
+                want = torch.nn.functional.linear(inp, plain[name].weight, plain[name].bias).float()
+                torch.testing.assert_close(fused[name](inp).float(), want, atol=0.03, rtol=0.02)
+            if order[0] == "q_proj":  # the attention's own order: one product, nothing held after it
+                assert fused["q_proj"].group.pending is None
+
+
+def test_gradients_go_through_the_plain_product():
+    model = half("llama")
+    pack_linears(model)
+    emb = model.get_input_embeddings()(IDS).detach().requires_grad_(True)
+    model(inputs_embeds=emb).logits.float().sum().backward()
+    assert emb.grad is not None and emb.grad.abs().sum() > 0
+
+
+def test_float32_and_other_devices_stay_as_they_are():
+    model = tiny_model("llama")
+    assert not packable(model)
+    assert pack_linears(model) == 0 and linears(model)
+
+
+def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weights():
+    """Compiling packs the model first: the one-token and several-token graphs both read the one packed copy (no
+    graph breaks from the fused projections) and compute what the packed model computes eager."""
+    model = half("llama")
+    forward = CompiledForward(model)
+    try:
+        assert linears(model) == []
+        graphs = counters["stats"]["unique_graphs"]
+        forward.warm_up()
+        assert counters["stats"]["unique_graphs"] - graphs == 2
+        with torch.no_grad():
+            cache = forward.new_cache(16)
+            forward(IDS[:, :8], cache)  # eager prefill
+            one, several = forward(IDS[:, 8:9], cache).logits, forward(IDS[:, 9:], cache).logits
+            whole = model(input_ids=IDS).logits  # eager, packed
+        torch.testing.assert_close(torch.cat([one, several], 1).float(), whole[:, 8:].float(), atol=0.05, rtol=0.02)
+    finally:
+        uncompile(model)
