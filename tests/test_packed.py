@@ -99,3 +99,21 @@ def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weig
         torch.testing.assert_close(torch.cat([one, several], 1).float(), whole[:, 8:].float(), atol=0.05, rtol=0.02)
     finally:
         uncompile(model)
+
+
+def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
+    """EAGLE's drafting step (engine/heads/compiled_step.py) packs its head as the target's forward packs the target:
+    one copy for the one-row and the batched graphs. The head drafts as it did."""
+    from engine.heads.compiled_step import CompiledDraftStep
+    from engine.heads.eagle3 import Eagle3Head
+
+    target = half("llama")
+    head = Eagle3Head.for_target(target, torch.arange(0, 96, 2)).to(torch.bfloat16).eval()
+    x = torch.randn(1, 3, head.fc.in_features, dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = head.fc(x).float()
+        monkeypatch.setattr(torch._inductor.config, "freezing", True)  # as once the target is compiled on a CPU
+        CompiledDraftStep(head)
+        got = head.fc(x).float()
+    assert linears(head) == []
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)

@@ -20,6 +20,7 @@ from engine.cache import cache_length
 from engine.errors import reason
 from engine.forward import CompileReport, compile_function
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
+from engine.packed import pack_linears
 
 
 def _step_function(head: torch.nn.Module):
@@ -37,6 +38,8 @@ class CompiledDraftStep:
 
     def __init__(self, head: torch.nn.Module) -> None:
         self.head = head
+        if torch._inductor.config.freezing:  # one packed copy of its weights for all its graphs (engine/packed.py)
+            pack_linears(head)
         self.graph = compile_function(_step_function(head))
         self.strict = False  # while warming up: a compile error propagates
         self.failure: str | None = None
