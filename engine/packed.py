@@ -11,12 +11,33 @@ inductor's concat_linear made them: each oneDNN call costs tens of microseconds 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import nn
 
 PACKED_DTYPES = (torch.bfloat16, torch.float16)  # where inductor packs for oneDNN too (float32 goes to MKL)
 FUSED = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # projections of one input, called in this order
 PACK_ROWS = 1  # oneDNN's hint of the rows a product has: decoding's step (any row count runs on the packed weight)
+_plain = [False]  # inside `unpacked()`: eager calls run nn.Linear's own product
+
+
+@contextlib.contextmanager
+def unpacked() -> Iterator[None]:
+    """Eager calls inside run every packed layer as the nn.Linear it replaced: the benchmark's transformers rows
+    time stock transformers, not Glance's packing. (Compiled graphs keep what they were traced with.)"""
+    _plain[0] = True
+    try:
+        yield
+    finally:
+        _plain[0] = False
+
+
+def _as_loaded() -> bool:
+    """Whether a packed layer computes as the nn.Linear it replaced: with gradients (the packed product has no
+    backward) or inside `unpacked()`."""
+    return _plain[0] or torch.is_grad_enabled()
 
 
 def packable(model: nn.Module) -> bool:
@@ -43,7 +64,7 @@ def _product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, o
 
 class PackedLinear(nn.Module):
     """nn.Linear's forward on a packed weight. `weight` and `bias` stay (tied embeddings, EAGLE reading the target's
-    LM head, parameter counts); with gradients on, it runs nn.Linear's own product (the packed one has no backward)."""
+    LM head, parameter counts); with gradients on or inside `unpacked()`, it runs nn.Linear's own product."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -52,7 +73,7 @@ class PackedLinear(nn.Module):
         self.register_buffer("packed", _pack(linear.weight), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
+        if _as_loaded():
             return nn.functional.linear(x, self.weight, self.bias)
         return _product(x, self.packed, self.bias, self.out_features)
 
@@ -100,7 +121,7 @@ class FusedLinear(nn.Module):
         self.__dict__["group"] = group  # not a module: nothing of it in state dicts or module walks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
+        if _as_loaded():
             return nn.functional.linear(x, self.weight, self.bias)
         return self.group.take(self, x)
 

@@ -8,7 +8,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from engine.forward import CompiledForward, uncompile
-from engine.packed import FusedLinear, PackedLinear, pack_linears, packable
+from engine.packed import FusedLinear, PackedLinear, pack_linears, packable, unpacked
 from tests.conftest import tiny_model
 
 IDS = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(5))
@@ -30,6 +30,8 @@ def test_packed_layers_compute_what_the_model_computed(arch):
         want = model(input_ids=IDS).logits.float()  # [1, 12, V]
         assert pack_linears(model) == len(before) > 0
         got = model(input_ids=IDS).logits.float()
+        with unpacked():  # the benchmark's transformers rows: the model's own products, bit for bit
+            assert torch.equal(model(input_ids=IDS).logits.float(), want)
     assert linears(model) == []
     torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)  # bfloat16: kernels round differently
     assert torch.equal(got.argmax(-1), want.argmax(-1))

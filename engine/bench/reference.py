@@ -7,6 +7,8 @@ import time
 
 import torch
 
+from engine.packed import unpacked
+
 REFERENCE_LABELS = {
     "hf_generate": "transformers generate",
     "hf_assisted": "transformers assisted",
@@ -34,14 +36,15 @@ def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling
     device = next(target.parameters()).device
     inputs = torch.tensor([ids], device=device)
     t0 = time.perf_counter()
-    out = target.generate(
-        inputs,
-        attention_mask=torch.ones_like(inputs),
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos,
-        pad_token_id=(eos[0] if isinstance(eos, list) and eos else eos) if eos not in (None, []) else 0,
-        **extra,
-    )
+    with unpacked():  # stock transformers: the model's own linear layers, not Glance's packed ones
+        out = target.generate(
+            inputs,
+            attention_mask=torch.ones_like(inputs),
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=(eos[0] if isinstance(eos, list) and eos else eos) if eos not in (None, []) else 0,
+            **extra,
+        )
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     wall = time.perf_counter() - t0
