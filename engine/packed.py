@@ -12,6 +12,7 @@ inductor's concat_linear made them: each oneDNN call costs tens of microseconds 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import torch
@@ -41,14 +42,28 @@ def _as_loaded() -> bool:
 
 
 def packable(model: nn.Module) -> bool:
-    """Whether `model`'s weights can be packed here: on a CPU with oneDNN, in a half-precision dtype."""
+    """Whether `model`'s weights can be packed here: on a CPU with oneDNN, in a half-precision dtype this CPU's
+    oneDNN computes in (tried once on a tiny product: nothing in the model changes unless it works)."""
     param = next(model.parameters(), None)
     return (
         param is not None
         and param.device.type == "cpu"
         and param.dtype in PACKED_DTYPES
         and torch.backends.mkldnn.is_available()
+        and _runs_in(param.dtype)
     )
+
+
+@functools.cache
+def _runs_in(dtype: torch.dtype) -> bool:
+    """Whether oneDNN packs and multiplies `dtype` on this CPU (float16 needs instructions not every CPU has)."""
+    try:
+        with torch.no_grad():
+            weight = torch.ones(8, 8, dtype=dtype)
+            y = _product(torch.ones(2, 8, dtype=dtype), _pack(weight), None, 8)
+        return bool((y == 8).all())
+    except RuntimeError:
+        return False
 
 
 def _pack(weight: torch.Tensor) -> torch.Tensor:

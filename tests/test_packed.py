@@ -83,6 +83,24 @@ def test_float32_and_other_devices_stay_as_they_are():
     assert pack_linears(model) == 0 and linears(model)
 
 
+def test_a_cpu_whose_onednn_cannot_multiply_the_dtype_leaves_the_model_as_it_is(monkeypatch):
+    """float16 needs instructions not every CPU has: packing is tried on a tiny product first, and where oneDNN
+    refuses it the model keeps its own layers (it must still run, compiled or eager)."""
+    import engine.packed as packed
+
+    def refuse(weight):
+        raise RuntimeError("could not create a primitive descriptor for the inner product")
+
+    monkeypatch.setattr(packed, "_pack", refuse)
+    packed._runs_in.cache_clear()
+    try:
+        model = half("llama")
+        assert not packable(model)
+        assert pack_linears(model) == 0 and linears(model)
+    finally:
+        packed._runs_in.cache_clear()
+
+
 def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weights():
     """Compiling packs the model first: the one-token and several-token graphs both read the one packed copy (no
     graph breaks from the fused projections) and compute what the packed model computes eager."""
