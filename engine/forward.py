@@ -27,12 +27,16 @@ import torch
 from engine.cache import cache_length, new_cache
 from engine.errors import reason
 from engine.features import layer_inputs
-from engine.packed import pack_linears
+from engine.packed import pack_linears, warm_products
 from engine.static_cache import StaticKVCache, apply_moves
 
 Progress = Callable[[int, int, str], None]
 RECOMPILE_LIMIT = 32
 COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tokens
+# New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
+# the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
+# steps. Larger ones build their primitives when first seen.
+WARM_ROWS = 40
 
 
 def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int, device) -> dict:
@@ -249,6 +253,8 @@ class CompiledForward(torch.nn.Module):
         a timed run: the sweep's first batch-2 cell of vanilla once compiled three graphs and ran at 0.4x. A compile
         error propagates."""
         device = next(self.model.parameters()).device
+        if rows == 1:  # oneDNN's primitive per row count of every packed product: drafts and verifies vary in size
+            warm_products(self.model, WARM_ROWS)
         self.strict = True
         try:
             with torch.no_grad():

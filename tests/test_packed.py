@@ -137,3 +137,29 @@ def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
         got = head.fc(x).float()
     assert linears(head) == []
     torch.testing.assert_close(got, want, atol=0.05, rtol=0.02)
+
+
+def test_warming_runs_every_distinct_packed_product_at_every_row_count(monkeypatch):
+    """oneDNN builds a primitive per row count (about 0.5 ms, 10x the product): loading runs each distinct product
+    once per row count a decoding step may use, layers of one shape sharing theirs."""
+    import engine.packed as packed
+    from engine.packed import warm_products
+
+    model = half("llama")
+    pack_linears(model)
+    seen = []
+    product = packed._product
+
+    def counted(x, p, bias, out):
+        seen.append((x.shape[0], x.shape[1], out))
+        return product(x, p, bias, out)
+
+    monkeypatch.setattr(packed, "_product", counted)
+    shapes = set()
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            shapes.add((m.in_features, m.out_features))
+        elif isinstance(m, FusedLinear):
+            shapes.add((m.in_features, m.group.width))
+    assert warm_products(model, 5) == len(shapes) * 5 == len(seen)
+    assert sorted(seen) == sorted((rows, i, o) for rows in range(1, 6) for i, o in shapes)

@@ -18,9 +18,9 @@ import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import CompileReport, compile_function
+from engine.forward import WARM_ROWS, CompileReport, compile_function
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
-from engine.packed import pack_linears
+from engine.packed import pack_linears, warm_products
 
 
 def _step_function(head: torch.nn.Module):
@@ -68,6 +68,8 @@ class CompiledDraftStep:
         draft passes them). A compile error propagates."""
         head = self.head
         p = next(head.parameters())
+        if rows == 1:  # oneDNN's primitive per row count: catch-ups after plain steps and tree depths vary in size
+            warm_products(head, WARM_ROWS)
         self.strict = True
         try:
             with torch.no_grad():
