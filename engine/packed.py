@@ -22,7 +22,8 @@ from torch import nn
 # oneDNN builds (JIT-compiles) a primitive for every row count a packed product sees, about 0.5 ms each, 10x the
 # product itself: a drafter's first catch-up of 13 pairs cost its head 5.2 ms, the next one of 13 pairs 2.1. Decoding
 # warms the row counts it uses (`warm_products`), and the caches must hold them: ideep's and oneDNN's default of
-# 1024 primitives was passed by the target, the draft model and two heads together, and an evicted one is rebuilt.
+# 1024 primitives can be passed by a target, a draft model and two heads with every prompt length their prefills
+# meet, and an evicted one is rebuilt (measured: after 1,200 shapes, ten seen ones cost 6.4 ms again, 0.6 with 4096).
 # Read at the first primitive, so set here, before any; a user's own setting stays.
 for _cache in ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY"):
     os.environ.setdefault(_cache, "4096")
