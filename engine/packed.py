@@ -87,20 +87,41 @@ def _product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, o
     return y.view(*x.shape[:-1], out)
 
 
-class PackedLinear(nn.Module):
-    """nn.Linear's forward on a packed weight. `weight` and `bias` stay (tied embeddings, EAGLE reading the target's
-    LM head, parameter counts); with gradients on or inside `unpacked()`, it runs nn.Linear's own product."""
+class _PackedLayer(nn.Module):
+    """What a packed layer keeps of the nn.Linear it replaces: `weight` and `bias` stay (tied embeddings, EAGLE
+    reading the target's LM head, parameter counts); with gradients on or inside `unpacked()`, it runs nn.Linear's
+    own product, otherwise its packed one."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight, self.bias = linear.weight, linear.bias
-        self.register_buffer("packed", _pack(linear.weight), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _as_loaded():
             return nn.functional.linear(x, self.weight, self.bias)
+        return self.packed_forward(x)
+
+    def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def product(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        """The packed product this layer runs: packed weight, bias, output width."""
+        raise NotImplementedError
+
+
+class PackedLinear(_PackedLayer):
+    """nn.Linear's forward on a packed copy of its weight."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__(linear)
+        self.register_buffer("packed", _pack(linear.weight), persistent=False)
+
+    def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return _product(x, self.packed, self.bias, self.out_features)
+
+    def product(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        return self.packed, self.bias, self.out_features
 
 
 class _FusedProduct:
@@ -124,7 +145,7 @@ class _FusedProduct:
 
     def take(self, member: FusedLinear, x: torch.Tensor) -> torch.Tensor:
         if self.pending is None or self.pending[0] is not x:  # a new input (or a member called out of turn)
-            self.pending = [x, _product(x, member.packed, member.fused_bias, self.width), 0]
+            self.pending = [x, _product(x, *member.product()), 0]
         out = self.pending[1][..., member.start : member.stop]
         self.pending[2] += 1
         if self.pending[2] == self.members:
@@ -132,41 +153,39 @@ class _FusedProduct:
         return out
 
 
-class FusedLinear(nn.Module):
+class FusedLinear(_PackedLayer):
     """One member of a fused product (q_proj of q/k/v): its output is its slice of the product over every member's
     weights. Exact for any call order: a member whose input differs from the pending one computes afresh."""
 
     def __init__(self, linear: nn.Linear, group: _FusedProduct, start: int) -> None:
-        super().__init__()
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight, self.bias = linear.weight, linear.bias
+        super().__init__(linear)
         self.register_buffer("packed", group.packed, persistent=False)  # the same tensor in every member
         self.register_buffer("fused_bias", group.bias, persistent=False)  # None without biases
         self.start, self.stop = start, start + linear.out_features
         self.__dict__["group"] = group  # not a module: nothing of it in state dicts or module walks
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if _as_loaded():
-            return nn.functional.linear(x, self.weight, self.bias)
+    def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.group.take(self, x)
+
+    def product(self) -> tuple[torch.Tensor, torch.Tensor | None, int]:
+        return self.packed, self.fused_bias, self.group.width
 
 
 def warm_products(model: nn.Module, rows: int) -> int:
     """Run each packed product of `model` once at every row count from 1 to `rows`, so that oneDNN has built its
     primitives before a timed run needs them (a forward over 13 new tokens in a run that has not seen 13 yet cost
-    the bundled EAGLE head 3 ms more than the next one); the number of products run. About 0.5 ms each."""
+    the bundled EAGLE head 3 ms more than the next one); the number of products run. About 0.5 ms each. Layers of
+    one shape share their primitives, so each shape runs once."""
     products: dict[tuple, tuple] = {}
     for module in model.modules():
-        if isinstance(module, PackedLinear):
-            key = (module.in_features, module.out_features, module.bias is not None, module.weight.dtype)
-            products.setdefault(key, (module.packed, module.bias, module.out_features))
-        elif isinstance(module, FusedLinear):
-            key = (module.in_features, module.group.width, module.fused_bias is not None, module.weight.dtype)
-            products.setdefault(key, (module.packed, module.fused_bias, module.group.width))
+        if isinstance(module, _PackedLayer):
+            packed, bias, out = module.product()
+            key = (module.in_features, out, bias is not None, module.weight.dtype)
+            products.setdefault(key, (packed, bias, out))
     with torch.no_grad():
-        for (width, _, _, dtype), (packed, bias, out) in products.items():
+        for (width, _, _, dtype), product in products.items():
             for m in range(1, rows + 1):
-                _product(torch.zeros(m, width, dtype=dtype), packed, bias, out)
+                _product(torch.zeros(m, width, dtype=dtype), *product)
     return len(products) * rows
 
 
