@@ -163,3 +163,20 @@ def test_warming_runs_every_distinct_packed_product_at_every_row_count(monkeypat
             shapes.add((m.in_features, m.group.width))
     assert warm_products(model, 5) == len(shapes) * 5 == len(seen)
     assert sorted(seen) == sorted((rows, i, o) for rows in range(1, 6) for i, o in shapes)
+
+
+def test_heads_project_through_the_targets_packed_lm_head():
+    """Heads built before the target is packed still read its one packed LM head, not the replaced layer: a second
+    copy of the vocabulary projection cost cache space every drafting depth."""
+    from engine.heads.eagle import EagleHead
+    from engine.heads.medusa import MedusaHeads
+
+    target = half("llama")
+    eagle = EagleHead.for_target(target)
+    medusa = MedusaHeads.for_target(target, 2, shared_lm_head=True)
+    pack_linears(target)
+    packed = target.get_output_embeddings()
+    assert isinstance(packed, PackedLinear)
+    assert eagle.lm_head is packed and medusa.shared_lm_head is packed
+    assert eagle.embed is target.get_input_embeddings()
+    assert not any(k.startswith(("lm_head", "embed")) for k in eagle.state_dict())

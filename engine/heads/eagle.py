@@ -58,9 +58,19 @@ class EagleHead(nn.Module):
         self.layers = nn.ModuleList([LlamaDecoderLayer(self.llama_config, 0)])
         self.layers[0].input_layernorm = nn.Identity()  # EAGLE's first layer has no input norm
         self.rotary = LlamaRotaryEmbedding(self.llama_config)
-        # the target's frozen embeddings and LM head, kept out of the state dict
-        self.__dict__["embed"] = target.get_input_embeddings()
-        self.__dict__["lm_head"] = target.get_output_embeddings()
+        # the target, not a submodule: its frozen embeddings and LM head stay out of the head's state dict
+        self.__dict__["target"] = target
+
+    @property
+    def embed(self) -> nn.Module:
+        return self.target.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The target's LM head as it is now, not as it was when the head was built: compiling packs the target's
+        linears (engine/packed.py), and a head holding the old one read a second 8 MB copy of it every depth, which
+        pushed the target's own weights out of the cache."""
+        return self.target.get_output_embeddings()
 
     @classmethod
     def for_target(cls, target: nn.Module, bias: bool = True) -> EagleHead:

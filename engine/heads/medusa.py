@@ -42,12 +42,13 @@ class MedusaHeads(nn.ModuleList):
     """forward(hidden [..., H]) -> logits [K, ..., V]."""
 
     def __init__(
-        self, hidden: int, vocab: int, num_heads: int, num_layers: int = 1, shared_lm_head=None, base_model: str = ""
+        self, hidden: int, vocab: int, num_heads: int, num_layers: int = 1, shares_with=None, base_model: str = ""
     ) -> None:
+        """`shares_with`: the target whose LM head every head projects through (None: each head has its own)."""
         self.hidden, self.vocab = hidden, vocab
         self.num_heads, self.num_layers = num_heads, num_layers
         self.base_model = base_model
-        shared = shared_lm_head is not None
+        shared = shares_with is not None
         heads = []
         for _ in range(num_heads):
             blocks: list[nn.Module] = [ResBlock(hidden) for _ in range(num_layers)]
@@ -55,8 +56,13 @@ class MedusaHeads(nn.ModuleList):
                 blocks.append(nn.Linear(hidden, vocab, bias=False))
             heads.append(nn.Sequential(*blocks))
         super().__init__(heads)
-        # kept out of the state dict: it is the target's, frozen
-        self.__dict__["shared_lm_head"] = shared_lm_head
+        # kept out of the state dict: the LM head is the target's, frozen
+        self.__dict__["shares_with"] = shares_with
+
+    @property
+    def shared_lm_head(self) -> nn.Module | None:
+        """The target's LM head as it is now (compiling packs it, engine/packed.py: one copy in the cache, not two)."""
+        return None if self.shares_with is None else self.shares_with.get_output_embeddings()
 
     @classmethod
     def for_target(
@@ -64,7 +70,7 @@ class MedusaHeads(nn.ModuleList):
     ) -> MedusaHeads:
         lm_head = target.get_output_embeddings()
         vocab, hidden = lm_head.weight.shape
-        heads = cls(hidden, vocab, num_heads, num_layers, lm_head if shared_lm_head else None, base_model)
+        heads = cls(hidden, vocab, num_heads, num_layers, target if shared_lm_head else None, base_model)
         if not shared_lm_head:
             with torch.no_grad():
                 for head in heads:
@@ -73,11 +79,12 @@ class MedusaHeads(nn.ModuleList):
         return heads.to(device=p.device, dtype=p.dtype)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        if self.shared_lm_head is None:
+        lm_head = self.shared_lm_head
+        if lm_head is None:
             return torch.stack([head(hidden) for head in self])
         # one projection over every head's state: the LM head's weights are read once, not once per head
         # (bundled heads on a CPU: 1.0 ms per proposal instead of 2.9; the logits are bit-identical)
-        return self.shared_lm_head(torch.stack([head(hidden) for head in self]))  # [K, ..., H] -> [K, ..., V]
+        return lm_head(torch.stack([head(hidden) for head in self]))  # [K, ..., H] -> [K, ..., V]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[K, ..., V]: every head's logits (what engine/heads/readout.py reads candidates from)."""
@@ -146,7 +153,7 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
             )
     with config_errors(folder, "Medusa heads", "medusa_num_heads"):
         base = cfg.get("base_model_name_or_path", "")
-        heads = MedusaHeads(hidden, vocab, k, layers, lm_head if shared else None, base)
+        heads = MedusaHeads(hidden, vocab, k, layers, target if shared else None, base)
         missing, unexpected = heads.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise GlanceError(
