@@ -38,15 +38,23 @@ PRIOR_WEIGHT = 8
 # must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
 # prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
 PROBE_HORIZON = 24
+# The cost of a plain step: the fastest of the latest runs at the batch size, whichever decoded them (plain decoding's
+# own runs too). A drafter's run alone may measure none in a row: where it drafts most steps, each plain step between
+# drafted ones runs cold (7-8 ms off the suite against 5.5 in a run of plain steps), and drafting looked cheap.
+PLAIN_RUNS = 4
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
+_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {batch size: [fastest plain step]}
 
 
 def remembered(target, drafter, rows: int, sampling) -> dict:
     """The slot a budget reads before a run of `drafter` on `target` and writes after it: one per drafter settings,
-    batch size and sampling setting, kept as long as the target is loaded."""
+    batch size and sampling setting, kept as long as the target is loaded. Its "plain" list, the fastest plain step
+    of each latest run at this batch size, is shared by every drafter's slot, plain decoding's included."""
     settings = json.dumps(drafter.settings(), sort_keys=True, default=str)
     key = (drafter.name, settings, rows, sampling.temperature, sampling.top_p)
-    return _MEMORY.setdefault(target, {}).setdefault(key, {})
+    slot = _MEMORY.setdefault(target, {}).setdefault(key, {})
+    slot.setdefault("plain", _PLAIN.setdefault(target, {}).setdefault(rows, []))
+    return slot
 
 
 def _median(values: list[float]) -> float:
@@ -79,6 +87,10 @@ class FullBudget:
     ) -> None:
         """A batch step: every row's draft and accepted count, and what the whole step cost."""
 
+    def hindsight(self, matches: list[bool]) -> None:
+        """Whether a greedy draft would have guessed each of a run of committed tokens nobody drafted
+        (Drafter.hindsight)."""
+
 
 @dataclass
 class CostAwareBudget(FullBudget):
@@ -96,6 +108,8 @@ class CostAwareBudget(FullBudget):
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
     recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
+    plain_floor: float = float("inf")  # the fastest plain step of this run and of the latest runs (`remembered`)
+    own_floor: float = float("inf")  # of this run alone (what the memory keeps: a list of runs, not a ratchet)
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
@@ -106,7 +120,9 @@ class CostAwareBudget(FullBudget):
     def reset(self, memory: dict | None = None) -> None:
         self.__init__()
         self.memory = memory
-        if memory:  # no warm-up: the last run measured plain steps and full drafts
+        if memory and memory.get("plain"):
+            self.plain_floor = min(memory["plain"])
+        if memory and "recent" in memory:  # no warm-up: the last run measured plain steps and full drafts
             self.recent = {d: list(v) for d, v in memory["recent"].items()}
             scale = min(1.0, PRIOR_WEIGHT / max(memory["reached"][0], 1.0)) if memory["reached"] else 1.0
             self.reached = [r * scale for r in memory["reached"]]
@@ -116,6 +132,10 @@ class CostAwareBudget(FullBudget):
             self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
 
     def finish(self) -> None:
+        if self.memory is not None and self.own_floor < float("inf"):
+            floors = self.memory.setdefault("plain", [])
+            floors.append(self.own_floor)
+            del floors[:-PLAIN_RUNS]
         if self.memory is not None and self.max_depth > 0 and 0 in self.recent:
             self.memory.update(
                 recent={d: list(v) for d, v in self.recent.items()},
@@ -157,18 +177,20 @@ class CostAwareBudget(FullBudget):
     def seconds(self, cap: int) -> float:
         """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
         (one step stalled by the machine must not move an estimate), linear between them, flat beyond. A plain step
-        counts its fastest recent time: every plain step has the same shape, and the first ones after a drafted
-        step run slower (the switch between compiled graphs), a cost of switching that a run of plain steps stops
-        paying."""
+        counts the fastest of this run and of the latest runs (`remembered`, PLAIN_RUNS): every plain step has the same
+        shape over a static cache, and the ones after drafted steps run slower while the target's weights come back
+        into the cache the drafter's pushed them out of, a cost a run of plain steps stops paying. (The fastest of
+        the latest five was no floor while drafting: the plain steps between drafted ones all ran cold, 7.2 ms
+        against 5.5 in a run of plain steps, and vanilla drafted on off the suite where it lost.)"""
         return self._seconds([cap])[0]
 
     def _seconds(self, caps) -> list[float]:
         """Plain Python: a handful of depths and at most KEEP steps each (numpy's interp and statistics' median took
         about 45 us a step here, for a few dozen numbers)."""
         known = sorted(self.recent)
-        if not known:
-            return [0.0 for _ in caps]
-        medians = [min(self.recent[d]) if d == 0 else _median(self.recent[d]) for d in known]
+        if not known:  # nothing measured in this run or the last: a plain step's remembered cost, if any
+            return [self.plain_floor if self.plain_floor < float("inf") else 0.0 for _ in caps]
+        medians = [min(self.plain_floor, *self.recent[0]) if d == 0 else _median(self.recent[d]) for d in known]
         out = []
         for cap in caps:
             if cap <= known[0]:
@@ -186,6 +208,19 @@ class CostAwareBudget(FullBudget):
 
     def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
         self.observe_rows(cap, [draft], [accepted], draft_s, verify_s)
+
+    def hindsight(self, matches: list[bool]) -> None:
+        """A chain drafted at each of these positions would have had its tokens accepted up to the first miss: counted
+        like a drafted step's (depth k + 1 only where the path got through depth k), as deep as the deepest draft
+        seen and the known positions allow. No seconds: no step ran. Where plain steps are best, the probes after
+        them learn one draft each; the draft's catch-up over the plain steps' tokens tells about every position."""
+        n = len(matches)
+        for j in range(n):
+            for k in range(min(self.max_depth, n - j)):
+                self.reached[k] += 1
+                if not matches[j + k]:
+                    break
+                self.accepted[k] += 1
 
     def observe_rows(
         self, cap: int | None, drafts: list[Draft], accepted: list[int], draft_s: float, verify_s: float
@@ -209,6 +244,9 @@ class CostAwareBudget(FullBudget):
             for k in range(min(depth, got + 1)):
                 self.reached[k] += 1
                 self.accepted[k] += k < got
+        if deepest == 0:
+            self.own_floor = min(self.own_floor, draft_s + verify_s)
+            self.plain_floor = min(self.plain_floor, self.own_floor)
         kept = self.recent.setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]

@@ -144,6 +144,58 @@ def test_a_plain_step_costs_its_fastest_recent_time():
     assert budget.seconds(2) == pytest.approx(0.011)
 
 
+def test_the_plain_cost_is_the_fastest_of_the_latest_runs_whoever_ran_them():
+    """A drafter that drafts nearly every step sees only cold plain steps; plain decoding's own runs (or any other
+    drafter's) at the same batch size tell the budget what a plain step costs. Only the latest PLAIN_RUNS count."""
+    from engine.budget import PLAIN_RUNS, remembered
+    from engine.drafters.base import Drafter
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    from engine.sampling import SamplingConfig
+
+    class Target:
+        pass
+
+    target, greedy = Target(), SamplingConfig()
+    plain = CostAwareBudget()
+    plain.reset(remembered(target, Drafter(), 1, greedy))
+    for t in (0.0070, 0.0052, 0.0055):  # plain decoding: no draft ever
+        plain.observe(plain.choose(), Draft(), 0, 0.0, t)
+    plain.finish()
+
+    drafting = CostAwareBudget()
+    drafting.reset(remembered(target, PromptLookupDrafter(), 1, greedy))
+    assert drafting.seconds(0) == pytest.approx(0.0052)  # before it measured a plain step of its own
+    run(drafting, 12, lambda d: d, lambda d: 0.0080 if d == 0 else 0.010)  # its plain steps all run cold
+    assert drafting.seconds(0) == pytest.approx(0.0052)
+    drafting.finish()
+    assert remembered(target, Drafter(), 1, greedy)["plain"] == [0.0052, 0.0080]  # each run's own fastest
+    assert remembered(target, Drafter(), 2, greedy)["plain"] == []  # a batch's plain step is another cost
+
+    floors = []
+    for _ in range(PLAIN_RUNS):  # later runs measure slower plain steps (a busier machine): the old floor goes
+        later = CostAwareBudget()
+        later.reset(remembered(target, Drafter(), 1, greedy))
+        floors.append(later.plain_floor)
+        later.observe(later.choose(), Draft(), 0, 0.0, 0.0060)
+        later.finish()
+    assert floors == [0.0052] * (PLAIN_RUNS - 1) + [0.0060]
+    fresh = CostAwareBudget()
+    fresh.reset(remembered(target, Drafter(), 1, greedy))
+    assert fresh.seconds(0) == pytest.approx(0.0060)
+
+
+def test_hindsight_counts_what_chains_drafted_at_each_position_would_have_had_accepted():
+    """Matches [hit, hit, miss, hit] at max depth 3: chains from each position get 2, 1, 0 and 1 tokens accepted
+    (the last one knows only its first depth). Counted per depth, conditional on the path being alive."""
+    budget = CostAwareBudget()
+    budget.hindsight([True, False])
+    assert budget.reached == [] and budget.accepted == []  # no draft seen yet: no depths to count at
+    budget.observe(None, chain(3), 0, 0.0, 0.010)  # a 3-deep draft, its first token rejected
+    budget.hindsight([True, True, False, True])
+    assert budget.reached == [1 + 4, 2, 1] and budget.accepted == [0 + 3, 1, 0]
+    assert budget.steps == 1 and budget.recent == {3: [0.010]}  # no step ran, no time: acceptance only
+
+
 def test_a_run_starts_from_what_the_last_run_learned():
     """No warm-up after a run with the same slot: its costs as they were, its acceptance as at most PRIOR_WEIGHT
     drafts (so the new text's own acceptance soon outweighs it)."""

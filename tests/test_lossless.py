@@ -5,6 +5,7 @@ import threading
 import pytest
 import torch
 
+from engine.budget import FullBudget
 from engine.decoder import Decoder
 from engine.drafters.vanilla import VanillaDrafter
 from tests.conftest import ARCHS, perturbed_copy, tiny_model
@@ -63,6 +64,44 @@ def test_identical_draft_accepts_everything(setup):
     assert res.summary.acceptance_rate == 1.0
     # 23 tokens after prefill, 5 per step: steps of 5,5,5,5,3
     assert [len(e.tokens) for e in res.events[1:]] == [5, 5, 5, 5, 3]
+
+
+class Hindsight(FullBudget):
+    """Plain steps with a drafted one now and then; records each hindsight with the committed length it came at."""
+
+    name = "scripted"
+
+    def __init__(self, caps: list[int]) -> None:
+        self.caps, self.length, self.seen = iter(caps), 0, []
+
+    def choose(self, left: int | None = None) -> int | None:
+        self.length = NEW - 1 - left  # new tokens so far (the loop passes what is left after the pending one)
+        return next(self.caps, 0)
+
+    def hindsight(self, matches: list[bool]) -> None:
+        if matches:
+            self.seen.append((self.length, matches))
+
+
+def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup):
+    """After plain steps the draft catches up on the target's tokens; its guess after each must be what a greedy
+    chain drafted there would have proposed: the draft's own teacher-forced argmax, compared with the next token."""
+    _, target, drafts, refs = setup
+    prompt, ref = PROMPTS[1], refs[1]
+    budget = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
+    res = Decoder(target, VanillaDrafter(drafts["perturbed"], gamma=3), max_new_tokens=NEW, budget=budget).generate(
+        prompt
+    )
+    assert res.tokens == ref
+    seq = prompt + ref
+    with torch.no_grad():
+        guess = drafts["perturbed"](torch.tensor([seq])).logits[0].argmax(-1).tolist()  # [len(seq)]: after each
+    assert len(budget.seen) == 3 and len(budget.seen[0][1]) == 6  # the first: every token after the prompt's last
+    for new, matches in budget.seen:
+        end = len(prompt) + new  # the pending token's position: the draft's own first guess comes after it
+        want = [guess[p - 1] == seq[p] for p in range(end - len(matches), end)]
+        assert matches == want, (new, matches, want)
+        assert end - len(matches) >= len(prompt)  # generated tokens only
 
 
 def test_stops_at_eos():

@@ -75,6 +75,12 @@ class Drafter:
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Called after verification; `state.tokens` already holds the accepted path and the bonus token."""
 
+    def hindsight(self) -> list[bool]:
+        """Whether the drafter's greedy guess matched the target's token at each committed position it caught up on
+        during its latest `propose` (in order; [] when it learned nothing): acceptance a draft budget gets for free
+        at steps nobody drafted (engine/budget.py). Only chains drafted greedily say anything here."""
+        return []
+
     def check_context(self, positions: int) -> None:
         """Raise GlanceError when a run of `positions` tokens is more than the drafter's own model can take."""
 

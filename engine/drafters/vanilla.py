@@ -58,10 +58,11 @@ class VanillaDrafter(Drafter):
         self.device = next(draft_model.parameters()).device
         self.cache = None
         self.seen: list[int] = []  # tokens whose KV the draft cache holds
+        self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
         self.positions = 0  # the most positions a run may need (check_context), to size a static cache
 
     def reset(self) -> None:
-        self.cache, self.seen, self.gamma = None, [], self.initial_gamma
+        self.cache, self.seen, self.gamma, self.matches = None, [], self.initial_gamma, []
 
     def begin(self, state: DecodeState) -> None:
         self.reset()
@@ -72,13 +73,18 @@ class VanillaDrafter(Drafter):
         check_window(self.model.config, positions + self.max_gamma, "the draft model")
         self.positions = positions
 
-    def _step(self, new_tokens: list[int], greedy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed tokens the draft has not seen; return the logits [V] after the last one and, when `greedy`, their
-        argmax [] (free from a compiled graph; a pass over the logits otherwise, so not when sampling)."""
+    def _step(
+        self, new_tokens: list[int], greedy: bool, from_row: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed tokens the draft has not seen; return the logits [V] after the last one and, when `greedy`, the
+        argmax after each fed token from `from_row` on, or after the last only (None): [rows]. The argmax comes free
+        from a compiled graph (a pass over the logits otherwise, so not when sampling)."""
         ids = torch.tensor([new_tokens], device=self.device)
-        out = self.forward(ids, self.cache, logits_at=[len(new_tokens) - 1])  # the first draft: the prompt's last
+        last = len(new_tokens) - 1
+        rows = [last] if from_row is None else list(range(from_row, last + 1))
+        out = self.forward(ids, self.cache, logits_at=rows)  # the first draft: the prompt's last
         self.seen.extend(new_tokens)
-        return out.logits[0, -1], greedy_ids(out)[0, -1] if greedy else None
+        return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
 
     def greedy_token(self, logits: torch.Tensor, best: torch.Tensor) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
@@ -110,11 +116,20 @@ class VanillaDrafter(Drafter):
             crop(self.cache, keep)
         self.seen = self.seen[:keep]
         greedy = state.sampling.greedy
-        logits, best = self._step(state.tokens[keep:], greedy)
+        fed = state.tokens[keep:]
+        # Catching up on tokens the target committed in plain steps: the draft's guess after each one before a
+        # generated token is what a greedy chain drafted there would have proposed (no draft ever guessed there).
+        # Compared with what the target chose, it tells the budget the acceptance it missed, for one transfer.
+        first = max(0, state.prompt_len - 1 - keep)  # the fed row whose next token is the first generated one
+        hindsight = greedy and len(fed) - first > 1
+        logits, best = self._step(fed, greedy, first if hindsight else None)
+        if hindsight and (self.target_vocab is None or logits.shape[-1] <= self.target_vocab):
+            guesses = best.tolist()  # [len(fed) - first]: the last is this step's first draft token
+            self.matches = [g == t for g, t in zip(guesses, fed[first + 1 :])]
         tokens, qs = [], []
         for i in range(n):
             if greedy:  # no distribution needed: greedy verification compares tokens
-                x = self.greedy_token(logits, best)
+                x = self.greedy_token(logits, best[-1])
             else:
                 q = self._pad(logits_to_probs(logits, state.sampling))  # [V]
                 x = sample(q, state.generator)
@@ -126,6 +141,10 @@ class VanillaDrafter(Drafter):
                 logits, best = self._step([x], greedy)
         q_probs = None if greedy else torch.stack(qs)  # [n, V]
         return Draft.chain(tokens, q_probs)
+
+    def hindsight(self) -> list[bool]:
+        matches, self.matches = self.matches, []
+        return matches
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         if self.adaptive and len(draft):
