@@ -38,23 +38,33 @@ PRIOR_WEIGHT = 8
 # must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
 # prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
 PROBE_HORIZON = 24
-# The cost of a plain step: the fastest of the latest runs at the batch size, whichever decoded them (plain decoding's
+# The cost of a plain step: the lowest of the latest runs' at the batch size, whichever decoded them (plain decoding's
 # own runs too). A drafter's run alone may measure none in a row: where it drafts most steps, each plain step between
-# drafted ones runs cold (7-8 ms off the suite against 5.5 in a run of plain steps), and drafting looked cheap.
+# drafted ones runs cold (7-8 ms off the suite against 5.5 in a run of plain steps), and drafting looked cheap. A run's
+# cost is a low quantile of its plain steps, not the fastest: over hundreds of steps on a busy machine the fastest was
+# a lucky one, and against it drafted steps' medians never paid.
 PLAIN_RUNS = 4
+PLAIN_QUANTILE = 0.2  # about the fastest of five (what a run of plain steps measured before)
+PLAIN_KEEP = 64
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
-_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {batch size: [fastest plain step]}
+_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
 
 
 def remembered(target, drafter, rows: int, sampling) -> dict:
     """The slot a budget reads before a run of `drafter` on `target` and writes after it: one per drafter settings,
-    batch size and sampling setting, kept as long as the target is loaded. Its "plain" list, the fastest plain step
-    of each latest run at this batch size, is shared by every drafter's slot, plain decoding's included."""
+    batch size and sampling setting, kept as long as the target is loaded. Its "plain" list, the plain step cost of each
+    of the latest runs at this batch size, is shared by every drafter's slot, plain decoding's included."""
     settings = json.dumps(drafter.settings(), sort_keys=True, default=str)
     key = (drafter.name, settings, rows, sampling.temperature, sampling.top_p)
     slot = _MEMORY.setdefault(target, {}).setdefault(key, {})
     slot.setdefault("plain", _PLAIN.setdefault(target, {}).setdefault(rows, []))
     return slot
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The value a fraction `q` of the way up the sorted list (no interpolation)."""
+    ordered = sorted(values)
+    return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
 def _median(values: list[float]) -> float:
@@ -108,8 +118,9 @@ class CostAwareBudget(FullBudget):
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
     recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
-    plain_floor: float = float("inf")  # the fastest plain step of this run and of the latest runs (`remembered`)
-    own_floor: float = float("inf")  # of this run alone (what the memory keeps: a list of runs, not a ratchet)
+    plain_floor: float = float("inf")  # a plain step's cost: the lower of this run's and the latest runs'
+    remembered_plain: float = float("inf")  # the latest runs' (the lowest of their PLAIN_QUANTILEs)
+    plain_times: list[float] = field(default_factory=list)  # this run's plain steps, the latest PLAIN_KEEP
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
@@ -121,7 +132,7 @@ class CostAwareBudget(FullBudget):
         self.__init__()
         self.memory = memory
         if memory and memory.get("plain"):
-            self.plain_floor = min(memory["plain"])
+            self.plain_floor = self.remembered_plain = min(memory["plain"])
         if memory and "recent" in memory:  # no warm-up: the last run measured plain steps and full drafts
             self.recent = {d: list(v) for d, v in memory["recent"].items()}
             scale = min(1.0, PRIOR_WEIGHT / max(memory["reached"][0], 1.0)) if memory["reached"] else 1.0
@@ -132,9 +143,9 @@ class CostAwareBudget(FullBudget):
             self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
 
     def finish(self) -> None:
-        if self.memory is not None and self.own_floor < float("inf"):
+        if self.memory is not None and self.plain_times:
             floors = self.memory.setdefault("plain", [])
-            floors.append(self.own_floor)
+            floors.append(_quantile(self.plain_times, PLAIN_QUANTILE))
             del floors[:-PLAIN_RUNS]
         if self.memory is not None and self.max_depth > 0 and 0 in self.recent:
             self.memory.update(
@@ -177,11 +188,12 @@ class CostAwareBudget(FullBudget):
     def seconds(self, cap: int) -> float:
         """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
         (one step stalled by the machine must not move an estimate), linear between them, flat beyond. A plain step
-        counts the fastest of this run and of the latest runs (`remembered`, PLAIN_RUNS): every plain step has the same
-        shape over a static cache, and the ones after drafted steps run slower while the target's weights come back
-        into the cache the drafter's pushed them out of, a cost a run of plain steps stops paying. (The fastest of
-        the latest five was no floor while drafting: the plain steps between drafted ones all ran cold, 7.2 ms
-        against 5.5 in a run of plain steps, and vanilla drafted on off the suite where it lost.)"""
+        counts a low quantile of this run's plain steps or the latest runs' (`remembered`, PLAIN_QUANTILE), the lower:
+        every plain step has the same shape over a static cache, and the ones after drafted steps run slower while
+        the target's weights come back into the cache the drafter's pushed them out of, a cost a run of plain steps
+        stops paying. (The fastest of this run's latest five was no such cost while drafting: the plain steps
+        between drafted ones all ran cold, 7.2 ms against 5.5 in a run of plain steps, and vanilla drafted on off
+        the suite where it lost.)"""
         return self._seconds([cap])[0]
 
     def _seconds(self, caps) -> list[float]:
@@ -190,7 +202,8 @@ class CostAwareBudget(FullBudget):
         known = sorted(self.recent)
         if not known:  # nothing measured in this run or the last: a plain step's remembered cost, if any
             return [self.plain_floor if self.plain_floor < float("inf") else 0.0 for _ in caps]
-        medians = [min(self.plain_floor, *self.recent[0]) if d == 0 else _median(self.recent[d]) for d in known]
+        plain = self.plain_floor if self.plain_floor < float("inf") else min(self.recent.get(0, [0.0]))
+        medians = [plain if d == 0 else _median(self.recent[d]) for d in known]
         out = []
         for cap in caps:
             if cap <= known[0]:
@@ -245,8 +258,9 @@ class CostAwareBudget(FullBudget):
                 self.reached[k] += 1
                 self.accepted[k] += k < got
         if deepest == 0:
-            self.own_floor = min(self.own_floor, draft_s + verify_s)
-            self.plain_floor = min(self.plain_floor, self.own_floor)
+            self.plain_times.append(draft_s + verify_s)
+            del self.plain_times[:-PLAIN_KEEP]
+            self.plain_floor = min(self.remembered_plain, _quantile(self.plain_times, PLAIN_QUANTILE))
         kept = self.recent.setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]
