@@ -121,6 +121,7 @@ class CostAwareBudget(FullBudget):
     plain_floor: float = float("inf")  # a plain step's cost: the lower of this run's and the latest runs'
     remembered_plain: float = float("inf")  # the latest runs' (the lowest of their PLAIN_QUANTILEs)
     plain_times: list[float] = field(default_factory=list)  # this run's plain steps, the latest PLAIN_KEEP
+    drafted: bool = False  # whether a step of this run has drafted yet (the first is not timed)
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
@@ -140,7 +141,10 @@ class CostAwareBudget(FullBudget):
             self.accepted = [a * scale for a in memory["accepted"]]
             self.max_depth = memory["max_depth"]
             self.steps = WARMUP_STEPS
-            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS)
+            # probes keep their pace across runs: a run that ended before its probe was due probes early in the next
+            # (reset every run, runs of 32 tokens ended before the first probe, and plain steps were kept for good)
+            self.probes, self.idle_probes = memory.get("probes", 0), memory.get("idle_probes", 0)
+            self.next_probe = self.steps + memory.get("probe_in", self.rng.randint(*PROBE_GAPS))
 
     def finish(self) -> None:
         if self.memory is not None and self.plain_times:
@@ -153,6 +157,9 @@ class CostAwareBudget(FullBudget):
                 reached=list(self.reached),
                 accepted=list(self.accepted),
                 max_depth=self.max_depth,
+                probes=self.probes,
+                idle_probes=self.idle_probes,
+                probe_in=max(0, self.next_probe - self.steps),
             )
 
     def choose(self, left: int | None = None) -> int | None:
@@ -261,6 +268,9 @@ class CostAwareBudget(FullBudget):
             self.plain_times.append(draft_s + verify_s)
             del self.plain_times[:-PLAIN_KEEP]
             self.plain_floor = min(self.remembered_plain, _quantile(self.plain_times, PLAIN_QUANTILE))
+        if deepest > 0 and not self.drafted:
+            self.drafted = True
+            return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         kept = self.recent.setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]

@@ -121,7 +121,19 @@ def test_a_batch_step_counts_every_rows_acceptance_and_the_steps_time_once():
     budget.observe_rows(None, [chain(3), chain(2), chain(0)], [3, 0, 0], 0.004, 0.006)
     assert budget.max_depth == 3
     assert budget.reached == [2.0, 1.0, 1.0] and budget.accepted == [1.0, 1.0, 1.0]  # row 2 stopped at depth 1
+    assert budget.recent == {}  # the run's first drafted step fed the drafters the prompts: not timed
+    budget.observe_rows(None, [chain(3), chain(2), chain(0)], [3, 0, 0], 0.004, 0.006)
     assert budget.recent == {3: [0.010]}  # one batch step, under its deepest draft
+
+
+def test_the_first_drafted_step_of_a_run_is_not_timed():
+    """It feeds the draft model or head the whole prompt (2-3 plain steps' time on the bundled models): as the cost of
+    drafting it kept the next runs, which start from this one's costs, from ever drafting in short runs."""
+    budget = CostAwareBudget()
+    budget.observe(None, chain(4), 2, 0.030, 0.008)
+    budget.observe(None, chain(4), 2, 0.002, 0.008)
+    budget.observe(0, Draft(), 0, 0.0, 0.006)
+    assert budget.recent == {4: [0.010], 0: [0.006]} and budget.reached[0] == 2
 
 
 def test_expected_tokens_chain_conditional_acceptance():
@@ -193,7 +205,7 @@ def test_hindsight_counts_what_chains_drafted_at_each_position_would_have_had_ac
     budget.observe(None, chain(3), 0, 0.0, 0.010)  # a 3-deep draft, its first token rejected
     budget.hindsight([True, True, False, True])
     assert budget.reached == [1 + 4, 2, 1] and budget.accepted == [0 + 3, 1, 0]
-    assert budget.steps == 1 and budget.recent == {3: [0.010]}  # no step ran, no time: acceptance only
+    assert budget.steps == 1 and budget.recent == {}  # acceptance only (and the first drafted step is not timed)
 
 
 def test_a_run_starts_from_what_the_last_run_learned():
@@ -259,3 +271,20 @@ def test_no_probe_near_the_end_of_a_run_while_plain_steps_win():
     assert caps[PROBE_HORIZON - 1][WARMUP_STEPS:] == [0] * (60 - WARMUP_STEPS)
     assert caps[PROBE_HORIZON - 1][:WARMUP_STEPS] == [None, None, 0]  # the warm-up measures both ends regardless
     assert sum(c != 0 for c in caps[PROBE_HORIZON + 100][WARMUP_STEPS:]) >= 3
+
+
+def test_probes_keep_their_pace_across_short_runs():
+    """Where plain steps win, probes come every 8 to 16 steps; runs shorter than that must not each start the count
+    again, or a short run never probes and a text where drafting pays is never noticed."""
+    memory: dict = {}
+    probes = 0
+    for run_no in range(12):
+        budget = CostAwareBudget()
+        budget.reset(memory)
+        for _ in range(6):
+            cap = budget.choose(100)
+            depth = 4 if cap is None else min(cap, 4)
+            budget.observe(cap, chain(depth), 0, 0.0, 0.010 * (1 + 0.5 * depth))  # nothing is ever accepted
+            probes += run_no > 0 and cap != 0
+        budget.finish()
+    assert 66 / (EXPLORE_EVERY + 2) / 2 ** MAX_BACKOFF <= probes <= 66 / (EXPLORE_EVERY - 2) + 1
