@@ -114,6 +114,11 @@ class ModelPanel(QGroupBox):
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setVisible(False)
+        # what is loading, on a line of its own: in the bar, "compiling the target for several tokens (once per
+        # session)" wrapped and was clipped at the window's default width
+        self.stage = QLabel()
+        self.stage.setWordWrap(True)
+        self.stage.setVisible(False)
         self.info = QLabel("no model loaded")
         self.info.setWordWrap(True)
         form = QFormLayout(self)
@@ -125,6 +130,7 @@ class ModelPanel(QGroupBox):
         form.addRow(self.allow_download)
         form.addRow(self.compile)
         form.addRow(self.load, self.busy)
+        form.addRow(self.stage)
         form.addRow(self.info)
 
     def part_paths(self) -> dict[str, str]:
@@ -134,14 +140,18 @@ class ModelPanel(QGroupBox):
         self.busy.setRange(0, 0)  # moving until the first progress report
         self.busy.setFormat("")
         self.busy.setVisible(busy)
+        self.stage.clear()
+        self.stage.setVisible(busy)
         self.load.setEnabled(not busy)
 
     def on_progress(self, done: int, total: int, what: str) -> None:
         """Which model or part is loading, and how many of the load's parts are done."""
         self.busy.setRange(0, total)
         self.busy.setValue(done)
-        self.busy.setFormat(f"{what} ({done}/{total})")
+        self.busy.setFormat(f"{done}/{total}")
         self.busy.setTextVisible(True)
+        self.busy.setToolTip(what)
+        self.stage.setText(what)
 
 
 class PromptPanel(QGroupBox):

@@ -540,7 +540,8 @@ def test_load_progress_names_the_part_loading(qtbot, tiny_window):
         win._on_progress(1, 3, "loading medusa")
     finally:
         win.controller.job = None
-    assert win.model_panel.busy.format() == "loading medusa (1/3)" and win.model_panel.busy.maximum() == 3
+    panel = win.model_panel
+    assert panel.stage.text() == "loading medusa" and panel.busy.format() == "1/3" and panel.busy.maximum() == 3
     win._on_progress(2, 5, "prompt 2")  # any other job's progress goes to the benchmark tab
     assert win.bench.progress.maximum() == 5
 

@@ -285,4 +285,4 @@ def test_probes_keep_their_pace_across_short_runs():
             budget.observe(cap, chain(depth), 0, 0.0, 0.010 * (1 + 0.5 * depth))  # nothing is ever accepted
             probes += run_no > 0 and cap != 0
         budget.finish()
-    assert 66 / (EXPLORE_EVERY + 2) / 2 ** MAX_BACKOFF <= probes <= 66 / (EXPLORE_EVERY - 2) + 1
+    assert 66 / (EXPLORE_EVERY + 2) / 2**MAX_BACKOFF <= probes <= 66 / (EXPLORE_EVERY - 2) + 1
