@@ -209,9 +209,9 @@ class CostAwareBudget(FullBudget):
         """Plain Python: a handful of depths and at most KEEP steps each (numpy's interp and statistics' median took
         about 45 us a step here, for a few dozen numbers)."""
         known = sorted(self.recent)
-        if not known:  # nothing measured in this run or the last: a plain step's remembered cost, if any
-            return [self.plain_floor if self.plain_floor < float("inf") else 0.0 for _ in caps]
         plain = self.plain_floor if self.plain_floor < float("inf") else min(self.recent.get(0, [0.0]))
+        if not known:  # nothing measured in this run or the last: a plain step's remembered cost, if any
+            return [plain for _ in caps]
         medians = [plain if d == 0 else _median(self.recent[d]) for d in known]
         out = []
         for cap in caps:

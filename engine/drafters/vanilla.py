@@ -82,7 +82,7 @@ class VanillaDrafter(Drafter):
         ids = torch.tensor([new_tokens], device=self.device)
         last = len(new_tokens) - 1
         rows = [last] if from_row is None else list(range(from_row, last + 1))
-        out = self.forward(ids, self.cache, logits_at=rows)  # the first draft: the prompt's last
+        out = self.forward(ids, self.cache, logits_at=rows)  # the LM head on those rows only
         self.seen.extend(new_tokens)
         return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
 
