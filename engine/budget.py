@@ -38,14 +38,21 @@ PRIOR_WEIGHT = 8
 # must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
 # prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
 PROBE_HORIZON = 24
-# The cost of a plain step: the lowest of the latest runs' at the batch size, whichever decoded them (plain decoding's
-# own runs too). A drafter's run alone may measure none in a row: where it drafts most steps, each plain step between
-# drafted ones runs cold (7-8 ms off the suite against 5.5 in a run of plain steps), and drafting looked cheap. A run's
-# cost is a low quantile of its plain steps, not the fastest: over hundreds of steps on a busy machine the fastest was
-# a lucky one, and against it drafted steps' medians never paid.
+# The cost of a plain step: the median of the latest runs' at the batch size, whichever decoded them (plain decoding's
+# own runs too), and of this run's once it has PLAIN_MIN. A run's cost is a low quantile of its steady plain steps
+# (those after a plain step: the one after a drafted step runs cold, 7-8 ms off the suite against 5.5 in a run of
+# plain steps, and drafting looked cheap). Not the lowest of the runs': this machine's speed drifts by a third within
+# seconds, and against the fastest run's plain steps (4.7 ms where plain decoding's own ran 7.1) no draft paid, even
+# where drafting every step at depth 1 ran 1.2-1.3x plain decoding.
 PLAIN_RUNS = 4
 PLAIN_QUANTILE = 0.2  # about the fastest of five (what a run of plain steps measured before)
 PLAIN_KEEP = 64
+PLAIN_MIN = 5  # this run's plain steps before their quantile counts
+# A drafted step right after a plain one is not timed, and a probe from plain steps drafts a second step at its cap
+# when the first accepted anything (`hold`): the switch-in step catches the drafter up on every token since it last
+# drafted, while the target's weights are still coming back into the cache it pushed them out of. Off the suite
+# such probes took 12-13 ms for EAGLE-2 at depth 1 against 7.4 for a plain step, so plain steps always looked best;
+# drafting every step at depth 1 ran 1.20x plain decoding, the budget that timed its probes 1.03-1.08x.
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
 
@@ -118,10 +125,12 @@ class CostAwareBudget(FullBudget):
     reached: list[float] = field(default_factory=list)
     accepted: list[float] = field(default_factory=list)  # ... and whose accepted path got through it
     recent: dict[int, list[float]] = field(default_factory=dict)  # depth drafted -> seconds of its latest steps
-    plain_floor: float = float("inf")  # a plain step's cost: the lower of this run's and the latest runs'
-    remembered_plain: float = float("inf")  # the latest runs' (the lowest of their PLAIN_QUANTILEs)
-    plain_times: list[float] = field(default_factory=list)  # this run's plain steps, the latest PLAIN_KEEP
+    plain_floor: float = float("inf")  # a plain step's cost: the median of the latest runs' and this run's
+    remembered_plain: list[float] = field(default_factory=list)  # the latest runs' (each its PLAIN_QUANTILE)
+    plain_times: list[float] = field(default_factory=list)  # this run's steady plain steps, the latest PLAIN_KEEP
     drafted: bool = False  # whether a step of this run has drafted yet (the first is not timed)
+    last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
+    hold: int | None = None  # a probe's cap, repeated once at the next step to time it out of a switch-in
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
@@ -133,7 +142,8 @@ class CostAwareBudget(FullBudget):
         self.__init__()
         self.memory = memory
         if memory and memory.get("plain"):
-            self.plain_floor = self.remembered_plain = min(memory["plain"])
+            self.remembered_plain = list(memory["plain"])
+            self.plain_floor = _median(self.remembered_plain)
         if memory and "recent" in memory:  # no warm-up: the last run measured plain steps and full drafts
             self.recent = {d: list(v) for d, v in memory["recent"].items()}
             scale = min(1.0, PRIOR_WEIGHT / max(memory["reached"][0], 1.0)) if memory["reached"] else 1.0
@@ -167,6 +177,9 @@ class CostAwareBudget(FullBudget):
             return None
         if self.steps == WARMUP_STEPS - 1:
             return 0  # measure a plain step: the baseline every cap must beat
+        if self.hold is not None:
+            cap, self.hold = self.hold, None
+            return cap
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         best = max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
@@ -182,7 +195,9 @@ class CostAwareBudget(FullBudget):
             # no uncapped probe while plain steps are best: a full tree there cost 3 plain steps off the suite (27 ms
             # against 8.5) for 1-4 tokens, so probes climb one depth at a time until drafting pays
             deep = self.probes % DEEP_EVERY == 0 and best > 0
-            return None if deep or best >= self.max_depth else best + 1
+            cap = None if deep or best >= self.max_depth else best + 1
+            self.hold = cap if self.last_depth == 0 else None  # from plain steps: probe twice, time the second
+            return cap
         return best
 
     def expected_tokens(self, cap: int) -> float:
@@ -196,13 +211,11 @@ class CostAwareBudget(FullBudget):
 
     def seconds(self, cap: int) -> float:
         """Predicted seconds of a step drafting `cap` deep: the median of the latest steps at each measured depth
-        (one step stalled by the machine must not move an estimate), linear between them, flat beyond. A plain step
-        counts a low quantile of this run's plain steps or the latest runs' (`remembered`, PLAIN_QUANTILE), the lower:
-        every plain step has the same shape over a static cache, and the ones after drafted steps run slower while
-        the target's weights come back into the cache the drafter's pushed them out of, a cost a run of plain steps
-        stops paying. (The fastest of this run's latest five was no such cost while drafting: the plain steps
-        between drafted ones all ran cold, 7.2 ms against 5.5 in a run of plain steps, and vanilla drafted on off
-        the suite where it lost.)"""
+        (one step stalled by the machine must not move an estimate), linear between them, flat beyond. Only steady
+        steps count: a drafted step right after a plain one pays to catch the drafter up and to bring the target's
+        weights back into the cache, once per switch, and so does the plain step after a drafted one. A plain step
+        costs the median of the latest runs' low quantiles and this run's (PLAIN_QUANTILE: every plain step has the
+        same shape over a static cache; see PLAIN_RUNS)."""
         return self._seconds([cap])[0]
 
     def _seconds(self, caps) -> list[float]:
@@ -266,13 +279,21 @@ class CostAwareBudget(FullBudget):
             for k in range(min(depth, got + 1)):
                 self.reached[k] += 1
                 self.accepted[k] += k < got
-        if deepest == 0:
+        if deepest == 0 and self.last_depth == 0:  # a steady plain step (one after a drafted step runs cold)
             self.plain_times.append(draft_s + verify_s)
             del self.plain_times[:-PLAIN_KEEP]
-            self.plain_floor = min(self.remembered_plain, _quantile(self.plain_times, PLAIN_QUANTILE))
+            runs = self.remembered_plain
+            if len(self.plain_times) >= PLAIN_MIN or not runs:
+                runs = runs + [_quantile(self.plain_times, PLAIN_QUANTILE)]
+            self.plain_floor = _median(runs)
+        switch_in, self.last_depth = deepest > 0 and (self.last_depth == 0 or not self.drafted), deepest
+        if self.hold is not None and not any(accepted):
+            self.hold = None  # the probe's draft missed outright: no second step to time (drafting rarely pays here)
         if deepest > 0 and not self.drafted:
             self.drafted = True
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
+        if switch_in:
+            return  # its time is the switch's, not its depth's (see `hold`)
         kept = self.recent.setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]
