@@ -104,9 +104,9 @@ class FullBudget:
     ) -> None:
         """A batch step: every row's draft and accepted count, and what the whole step cost."""
 
-    def hindsight(self, matches: list[bool]) -> None:
+    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         """Whether a greedy draft would have guessed each of a run of committed tokens nobody drafted
-        (Drafter.hindsight)."""
+        (Drafter.hindsight); `depth`: how deep the drafter's guesses tell (None: a chain's, as deep as the run)."""
 
 
 @dataclass
@@ -244,14 +244,15 @@ class CostAwareBudget(FullBudget):
     def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
         self.observe_rows(cap, [draft], [accepted], draft_s, verify_s)
 
-    def hindsight(self, matches: list[bool]) -> None:
+    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         """A chain drafted at each of these positions would have had its tokens accepted up to the first miss: counted
         like a drafted step's (depth k + 1 only where the path got through depth k), as deep as the deepest draft
-        seen and the known positions allow. No seconds: no step ran. Where plain steps are best, the probes after
+        seen, the known positions and `depth` allow (EAGLE's catch-up tells depth 1 only: deeper guesses would have
+        read its own predicted features). No seconds: no step ran. Where plain steps are best, the probes after
         them learn one draft each; the draft's catch-up over the plain steps' tokens tells about every position."""
-        n = len(matches)
+        n, deepest = len(matches), min(self.max_depth, depth or self.max_depth)
         for j in range(n):
-            for k in range(min(self.max_depth, n - j)):
+            for k in range(min(deepest, n - j)):
                 self.reached[k] += 1
                 if not matches[j + k]:
                     break

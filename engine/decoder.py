@@ -156,7 +156,7 @@ class Decoder:
             ts = time.perf_counter()
             cap = self.budget.choose(left - 1)  # None: as deep as the drafter's settings allow
             draft = drafter.propose(state, max_tokens=left - 1 if cap is None else min(left - 1, cap))
-            self.budget.hindsight(drafter.hindsight())
+            self.budget.hindsight(drafter.hindsight(), drafter.hindsight_depth)
             sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)

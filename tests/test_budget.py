@@ -233,6 +233,8 @@ def test_hindsight_counts_what_chains_drafted_at_each_position_would_have_had_ac
     budget.hindsight([True, True, False, True])
     assert budget.reached == [1 + 4, 2, 1] and budget.accepted == [0 + 3, 1, 0]
     assert budget.steps == 1 and budget.recent == {}  # acceptance only (and the first drafted step is not timed)
+    budget.hindsight([True, True, False], depth=1)  # a tree head's catch-up: depth 1 of a draft at each position
+    assert budget.reached == [5 + 3, 2, 1] and budget.accepted == [3 + 2, 1, 0]
 
 
 def test_a_run_starts_from_what_the_last_run_learned():

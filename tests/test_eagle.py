@@ -178,3 +178,34 @@ def test_dynamic_tree_shape_and_head_mask(target_and_head):
             expect[r, 3 + a] = True
         expect[r, 6 + r] = True
     assert torch.equal(mask == 0, expect)
+
+
+@pytest.mark.parametrize("mode", [dict(dynamic=True, top_k=3), dict(dynamic=False)])
+def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(target_and_head, mode):
+    """After plain steps the head catches up on the target's features; its candidates after each pair are depth 1 of
+    a tree drafted there. Hindsight must say whether the target's next token was among them: checked against the
+    head run teacher-forced over the whole sequence."""
+    from tests.test_lossless import Hindsight
+
+    target, head = target_and_head
+    hits = []
+    for prompt in PROMPTS + [[5, 5, 5, 5]]:
+        budget = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
+        drafter = EagleDrafter(head, **mode)
+        assert drafter.hindsight_depth == 1
+        res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
+        seq = prompt + res.tokens
+        assert res.tokens == reference(target, prompt)
+        with torch.no_grad():
+            feats = target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1]  # [1, L, H]
+            out = head(torch.tensor([seq[1:]]), feats[:, :-1], torch.arange(len(seq) - 1)[None])  # (x_i+1, f_i)
+            ranks = list(range(drafter.top_k)) if drafter.dynamic else drafter.first_ranks
+            cands = head.logits(out)[0].topk(max(ranks) + 1, dim=-1).indices[:, ranks].tolist()  # [L - 1, kids]
+        assert len(budget.seen) >= 2  # the first drafted step fed the prompt without read-outs: no hindsight there
+        for new, matches in budget.seen:
+            end = len(prompt) + new  # one past the pending token, the last one a caught-up pair predicted
+            want = [seq[q] in cands[q - 2] for q in range(end - len(matches), end)]
+            assert matches == want, (new, matches, want)
+            assert end - len(matches) >= len(prompt)  # generated tokens only
+            hits += matches
+    assert any(hits) and not all(hits)

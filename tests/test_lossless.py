@@ -78,7 +78,7 @@ class Hindsight(FullBudget):
         self.length = NEW - 1 - left  # new tokens so far (the loop passes what is left after the pending one)
         return next(self.caps, 0)
 
-    def hindsight(self, matches: list[bool]) -> None:
+    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         if matches:
             self.seen.append((self.length, matches))
 

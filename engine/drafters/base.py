@@ -78,8 +78,11 @@ class Drafter:
     def hindsight(self) -> list[bool]:
         """Whether the drafter's greedy guess matched the target's token at each committed position it caught up on
         during its latest `propose` (in order; [] when it learned nothing): acceptance a draft budget gets for free
-        at steps nobody drafted (engine/budget.py). Only chains drafted greedily say anything here."""
+        at steps nobody drafted (engine/budget.py), as deep as `hindsight_depth` (None: a chain's guesses, each
+        position's depth 1 and the next positions' deeper ones). Greedy decoding only."""
         return []
+
+    hindsight_depth: int | None = None
 
     def check_context(self, positions: int) -> None:
         """Raise GlanceError when a run of `positions` tokens is more than the drafter's own model can take."""

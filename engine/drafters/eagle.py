@@ -59,6 +59,7 @@ def explain(top_k: int, depth: int, total_tokens: int) -> str:
 class EagleDrafter(Drafter):
     name = "eagle"
     needs_hidden_states = True
+    hindsight_depth = 1  # a catch-up reads the target's features: its guesses are depth 1's only
 
     def __init__(
         self,
@@ -83,10 +84,16 @@ class EagleDrafter(Drafter):
         self.dtype = next(head.parameters()).dtype
         # candidates read per drafted row: the root's and every node's children come from the same top-k
         self.k_read = top_k if dynamic else max(max(p[0] for p in self.paths), max(p[-1] for p in self.paths)) + 1
+        self.first_ranks = sorted({p[0] for p in self.paths if len(p) == 1})  # EAGLE-1's depth-1 children
+        self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
         self._causal: torch.Tensor | None = None  # [n, n] additive upper triangle, cut to size per step
 
     def reset(self) -> None:
-        self.cache, self.pending = None, None
+        self.cache, self.pending, self.matches = None, None, []
+
+    def hindsight(self) -> list[bool]:
+        matches, self.matches = self.matches, []
+        return matches
 
     def features(self, target_out) -> torch.Tensor:
         """The features the head reads at every row of a target forward [S, H]: the last hidden state."""
@@ -179,6 +186,9 @@ class EagleDrafter(Drafter):
         out, values, ids = self._feed(
             toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
         )
+        if m > 1 and state.sampling.greedy:  # the head's candidates after each caught-up pair: depth 1 of a tree there
+            first = ids[:-1, : self.top_k] if self.dynamic else ids[:-1, self.first_ranks]  # [m - 1, children]
+            self.matches = [t in row for t, row in zip(toks[1:], first.tolist())]
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
         tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))
@@ -250,7 +260,7 @@ class GrowingTree:
 
     def start(self, root_top: tuple[list, list]) -> None:
         d = self.d
-        ranks = range(d.top_k) if d.dynamic else sorted({p[0] for p in d.paths if len(p) == 1})
+        ranks = range(d.top_k) if d.dynamic else d.first_ranks
         self.frontier = self._add_children(-1, self.root_feat, root_top, 0.0, ranks)
 
     def next_inputs(self) -> tuple[list[int], torch.Tensor, list[list[int]]] | None:
