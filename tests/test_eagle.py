@@ -170,14 +170,20 @@ def test_dynamic_tree_shape_and_head_mask(target_and_head):
             assert deepest == depth + 1
     # the head's mask: rows see committed pairs, the listed ancestor slots and themselves, nothing else
     ancestors = [[], [0], [0, 1], [2]]
-    mask = EagleDrafter(head)._mask(3, ancestors, 3, torch.float32, "cpu")[0, 0]
     expect = torch.zeros(4, 3 + 3 + 4, dtype=torch.bool)
     for r, anc in enumerate(ancestors):
         expect[r, :3] = True
         for a in anc:
             expect[r, 3 + a] = True
         expect[r, 6 + r] = True
-    assert torch.equal(mask == 0, expect)
+    causal = torch.ones(3, 5 + 3, dtype=torch.bool).tril(5)  # a catch-up of 3 pairs after 5 committed ones
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):  # built in numpy, viewed as the dtype
+        mask = EagleDrafter(head)._mask(3, ancestors, 3, dtype, "cpu")[0, 0]
+        assert mask.dtype == dtype and torch.equal(mask == 0, expect)
+        assert torch.all(mask[~expect] == torch.finfo(dtype).min)
+        run = EagleDrafter(head)._mask(5, None, 3, dtype, "cpu")[0, 0]
+        assert run.dtype == dtype and torch.equal(run == 0, causal)
+        assert torch.all(run[~causal] == torch.finfo(dtype).min)
 
 
 @pytest.mark.parametrize("mode", [dict(dynamic=True, top_k=3), dict(dynamic=False)])

@@ -26,7 +26,7 @@ def brute_force_visible(parents, past):
 
 
 @pytest.mark.parametrize("parents", TREES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_mask_matches_ancestry(parents, dtype):
     past = 3
     mask = tree_attention_mask(parents, past, dtype, "cpu")

@@ -25,7 +25,7 @@ from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.heads.readout import draft_step
 from engine.models import BUNDLED_EAGLE
-from engine.tree import Draft
+from engine.tree import Draft, host_mask, mask_storage
 
 # SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
 EAGLE_25 = [
@@ -86,7 +86,7 @@ class EagleDrafter(Drafter):
         self.k_read = top_k if dynamic else max(max(p[0] for p in self.paths), max(p[-1] for p in self.paths)) + 1
         self.first_ranks = sorted({p[0] for p in self.paths if len(p) == 1})  # EAGLE-1's depth-1 children
         self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
-        self._causal: torch.Tensor | None = None  # [n, n] additive upper triangle, cut to size per step
+        self._causal: np.ndarray | None = None  # [n, n] additive upper triangle (mask_storage), cut to size per step
 
     def reset(self) -> None:
         self.cache, self.pending, self.matches = None, None, []
@@ -128,22 +128,24 @@ class EagleDrafter(Drafter):
         """[1, 1, m, committed + fed + m] additive: each new row sees the committed pairs, the fed entries listed in
         its `ancestors` (slots counted after the committed pairs) and itself; `ancestors` None with `m` = fed: the
         new rows are a causal run (the pairs committed since the last step), None for a run of one (it sees all)."""
-        lowest = torch.finfo(dtype).min
+        storage, lowest = mask_storage(dtype)  # built in numpy, viewed as the dtype: one torch op instead of four
         if ancestors is None:  # a causal run of `fed` rows after the committed pairs
             if fed == 1:
                 return None
-            if self._causal is None or self._causal.shape[0] < fed or self._causal.dtype != dtype:
-                self._causal = torch.full((max(fed, 16), max(fed, 16)), lowest, dtype=dtype).triu(1)
-            mask = torch.cat([torch.zeros(fed, committed, dtype=dtype), self._causal[:fed, :fed]], dim=1)
-            return mask[None, None].to(device)
+            if self._causal is None or self._causal.shape[0] < fed or self._causal.dtype != storage:
+                size = max(fed, 16)
+                self._causal = np.where(np.triu(np.ones((size, size), dtype=bool), 1), lowest, storage(0))
+            mask = np.zeros((fed, committed + fed), dtype=storage)
+            mask[:, committed:] = self._causal[:fed, :fed]
+            return host_mask(mask, dtype)[None, None].to(device)
         m = len(ancestors)
-        mask = np.zeros((m, committed + fed + m), dtype=np.float32)  # numpy: one torch op instead of four
+        mask = np.zeros((m, committed + fed + m), dtype=storage)
         drafted = mask[:, committed:]  # over the fed entries and the new rows
         drafted[:] = lowest
-        for r, anc in enumerate(ancestors):
-            drafted[r, anc] = 0
-            drafted[r, fed + r] = 0
-        return torch.from_numpy(mask).to(dtype)[None, None].to(device)
+        rows = [r for r, anc in enumerate(ancestors) for _ in range(len(anc) + 1)]
+        cols = [c for r, anc in enumerate(ancestors) for c in (*anc, fed + r)]  # its ancestors and itself
+        drafted[rows, cols] = 0
+        return host_mask(mask, dtype)[None, None].to(device)
 
     def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask):
         """One head forward and its read-out (engine/heads/readout.py): outputs [m, H], the top `k_read`
