@@ -287,7 +287,7 @@ class CostAwareBudget(FullBudget):
             if len(self.plain_times) >= PLAIN_MIN or not runs:
                 runs = runs + [_quantile(self.plain_times, PLAIN_QUANTILE)]
             self.plain_floor = _median(runs)
-        switch_in, self.last_depth = deepest > 0 and (self.last_depth == 0 or not self.drafted), deepest
+        switch_in, self.last_depth = deepest > 0 and self.last_depth == 0, deepest
         if self.hold is not None and not any(accepted):
             self.hold = None  # the probe's draft missed outright: no second step to time (drafting rarely pays here)
         if deepest > 0 and not self.drafted:

@@ -75,14 +75,20 @@ class Drafter:
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Called after verification; `state.tokens` already holds the accepted path and the bonus token."""
 
+    # what the latest `propose` caught up on (a drafter that learns it sets it there; `hindsight` takes it)
+    matches: list[bool] = []
+    hindsight_depth: int | None = None
+
     def hindsight(self) -> list[bool]:
         """Whether the drafter's greedy guess matched the target's token at each committed position it caught up on
         during its latest `propose` (in order; [] when it learned nothing): acceptance a draft budget gets for free
         at steps nobody drafted (engine/budget.py), as deep as `hindsight_depth` (None: a chain's guesses, each
-        position's depth 1 and the next positions' deeper ones). Greedy decoding only."""
-        return []
-
-    hindsight_depth: int | None = None
+        position's depth 1 and the next positions' deeper ones). Greedy decoding only. Taken once: the next call
+        returns [] unless another catch-up set `matches`."""
+        matches = self.matches
+        if matches:
+            self.matches = []
+        return matches
 
     def check_context(self, positions: int) -> None:
         """Raise GlanceError when a run of `positions` tokens is more than the drafter's own model can take."""

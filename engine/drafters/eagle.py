@@ -91,10 +91,6 @@ class EagleDrafter(Drafter):
     def reset(self) -> None:
         self.cache, self.pending, self.matches = None, None, []
 
-    def hindsight(self) -> list[bool]:
-        matches, self.matches = self.matches, []
-        return matches
-
     def features(self, target_out) -> torch.Tensor:
         """The features the head reads at every row of a target forward [S, H]: the last hidden state."""
         return target_out.hidden_states[-1][0]

@@ -142,10 +142,6 @@ class VanillaDrafter(Drafter):
         q_probs = None if greedy else torch.stack(qs)  # [n, V]
         return Draft.chain(tokens, q_probs)
 
-    def hindsight(self) -> list[bool]:
-        matches, self.matches = self.matches, []
-        return matches
-
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         if self.adaptive and len(draft):
             # transformers' heuristic schedule: +2 after a fully accepted draft, -1 otherwise
