@@ -86,7 +86,7 @@ class Decoder:
         mask = positions = None
         if draft is not None and (len(draft) or draft.side_tokens):
             past = cache_length(cache)
-            width = self.forward.mask_width(cache, ids.shape[1])  # a static cache's capacity: no padding after
+            width = self.forward.mask_width(cache, ids.shape[1])  # the forward's own width: no padding after
             mask = tree_attention_mask(draft.parents, past, self.dtype, self.device, draft.side_visible, width)
             positions = tree_position_ids(draft.parents, past, self.device, draft.side_offsets)
         hidden, layers = self.drafter.needs_hidden_states, self.drafter.feature_layers

@@ -6,9 +6,11 @@ after the cache). `compile_model` compiles one model with `torch.compile`, warms
 forward for it; every later `forward_for` of that model gets it. When compiling fails the model stays eager and the
 reason comes back as one line.
 
-The compiled forward runs over a `StaticKVCache`: the mask covers its whole capacity (entries past the length are
-masked), the sequence and batch dimensions are symbolic (`dynamic=True`), so one graph serves every draft or tree
-size without padding, and a second every size of one token. Prefill (an empty cache, any prompt length) runs eager.
+The compiled forward runs over a `StaticKVCache`: the mask covers a window of it (its entries and the new ones,
+rounded up; engine/attention_window.py), entries past the length masked, and attention reads the keys in the window
+only. The sequence, window and batch dimensions are symbolic (`dynamic=True`), so one graph serves every draft or
+tree size without padding, and a second every size of one token. Prefill (an empty cache, any prompt length) runs
+eager.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
+from engine.attention_window import unwrap_attention, window, wrap_attention
 from engine.cache import cache_length, new_cache
 from engine.errors import reason
 from engine.features import layer_inputs
@@ -168,6 +171,14 @@ class CompiledForward(torch.nn.Module):
             # One packed copy of the weights for every graph and the eager prefill (engine/packed.py): with a copy
             # per graph, a drafted step evicted the one-token graph's and the plain steps after it ran slow.
             pack_linears(model)
+        # Masks span the live entries (rounded up), not the capacity, and attention reads only those keys (engine/
+        # attention_window.py); a model whose attention does not dispatch through transformers' registry keeps
+        # masks over the whole capacity.
+        self.windowed = wrap_attention(model)
+        # Sizes that happen to be equal at tracing must not become one symbol (dynamo's "duck shaping"): a 64-wide
+        # window traced beside 64-wide heads specialised every graph to windows of 64, and each later width compiled
+        # a graph of its own. (Global, as freezing is: read whenever dynamo traces.)
+        torch.fx.experimental._config.use_duck_shape = False
         self.graph = compile_function(_graph_function(model)) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
@@ -178,25 +189,30 @@ class CompiledForward(torch.nn.Module):
         return cache
 
     def mask_width(self, cache: StaticKVCache, new: int) -> int:
-        """Columns of the mask a forward of `new` tokens takes whole: the cache's capacity (a caller's mask that wide
-        goes to the graph as it is), or the entries and the new ones when the forward must grow the cache."""
-        return cache.capacity if cache.length + new <= cache.capacity else cache.length + new
+        """Columns of the mask a forward of `new` tokens takes whole (a caller's mask that wide goes to the graph as
+        it is): the window over the entries and the new ones, or every slot of the buffers where attention is not
+        windowed; the entries and the new ones when the forward must grow the cache."""
+        needed = cache.length + new
+        if self.windowed or needed > cache.capacity:
+            return window(needed, cache.capacity)
+        return cache.slots
 
-    def _full_mask(self, mask: torch.Tensor | None, S: int, past: int, capacity: int, device) -> torch.Tensor:
-        """The additive mask over the cache's whole capacity [B or 1, 1, S, capacity]: what the caller gave over
-        [0, past + S) (None: causal), everything after masked; a caller's mask already that wide, as it is."""
+    def _full_mask(self, mask: torch.Tensor | None, S: int, past: int, width: int, device) -> torch.Tensor:
+        """The additive mask [B or 1, 1, S, width] the graph takes: what the caller gave over [0, past + S) (None:
+        causal), every column after it masked; a caller's mask already that wide, as it is."""
         dtype = self.model.dtype
-        if mask is not None and mask.shape[-1] == capacity and mask.dtype == dtype:
+        if mask is not None and mask.shape[-1] == width and mask.dtype == dtype:
             return mask
         low = torch.finfo(dtype).min
         if mask is None:
-            cols = torch.arange(capacity, device=device)
+            cols = torch.arange(width, device=device)
             rows = torch.arange(past, past + S, device=device)
-            return torch.zeros(1, 1, S, capacity, dtype=dtype, device=device).masked_fill_(
+            return torch.zeros(1, 1, S, width, dtype=dtype, device=device).masked_fill_(
                 cols[None, None, None, :] > rows[None, None, :, None], low
             )
-        full = torch.full((*mask.shape[:3], capacity), low, dtype=dtype, device=device)
-        full[..., : mask.shape[-1]] = mask
+        full = torch.full((*mask.shape[:3], width), low, dtype=dtype, device=device)
+        keep = min(mask.shape[-1], width)  # a caller's mask wider than the window masks every column past it
+        full[..., :keep] = mask[..., :keep]
         return full
 
     def forward(
@@ -219,7 +235,7 @@ class CompiledForward(torch.nn.Module):
             ids = ids.clone(memory_format=torch.contiguous_format)
         kwargs = {
             "input_ids": ids,
-            "attention_mask": self._full_mask(mask, S, past, cache.capacity, device),
+            "attention_mask": self._full_mask(mask, S, past, self.mask_width(cache, S), device),
             "position_ids": positions.contiguous(),
             "cache": cache,
             "use_cache": True,
@@ -314,6 +330,7 @@ def compile_model(model: torch.nn.Module, name: str = "the model", progress: Pro
             fwd = CompiledForward(model)
             fwd.warm_up(1, name, progress)
         except Exception as exc:  # no C compiler, an unsupported op or architecture, out of memory...
+            unwrap_attention(model)
             note = f"torch.compile failed for {name} ({reason(exc)}): running it eager"
             return CompileReport(name, False, time.perf_counter() - t0, note)
         register(model, fwd)
@@ -334,3 +351,4 @@ def forget_compiled() -> None:
 def uncompile(model: torch.nn.Module) -> None:
     """Go back to the eager forward for `model` (tests, and a user who turns compiling off)."""
     _REGISTRY.pop(model, None)
+    unwrap_attention(model)

@@ -1,6 +1,6 @@
 """A fixed-size KV cache a compiled forward writes in place, with Glance's edits: crop, compaction, per-row gather.
 
-transformers' `StaticCache` keeps each layer's keys and values in buffers [B, H, capacity, D] whose addresses never
+transformers' `StaticCache` keeps each layer's keys and values in buffers [B, H, slots, D] whose addresses never
 change, so a compiled graph (and a CUDA graph) can write new entries at `cumulative_length` without reallocating.
 Entries past the length are stale and always masked. Glance keeps the length on the host as well, so that nothing
 reads the device to know it, and edits the cache by copying kept entries into place and moving the length back.
@@ -18,6 +18,10 @@ CAPACITY_STEP = 256  # capacities are rounded up to this, so that runs of simila
 # Entries a compaction may move inside the next compiled forward (padded to this, so one graph takes any number);
 # a compaction that moves more (paths longer than 16) is done at once, eager.
 MOVE_SLOTS = 16
+# Buffers hold this many entries past the capacity, never written: attention slices the keys to its window
+# (engine/attention_window.py), and a window as wide as the buffers would make the slice contiguous, which the
+# compiled graph guards on (a second graph per size, compiled when a run first fills its cache).
+SPARE_SLOTS = 1
 
 
 def apply_moves(layers, src: torch.Tensor, dst: torch.Tensor) -> None:
@@ -40,12 +44,12 @@ class StaticKVCache(StaticCache):
     pinned = True  # buffers marked as static addresses (CUDA graphs); False when the graph freezes constants
 
     def __init__(self, config, positions: int) -> None:
-        super().__init__(config=config, max_cache_len=round_capacity(positions))
+        super().__init__(config=config, max_cache_len=round_capacity(positions) + SPARE_SLOTS)
         if any(type(layer) is not StaticLayer for layer in self.layers):
             raise GlanceError(
                 "the compiled forward needs full-attention layers (this model slides or mixes attention kinds)"
             )
-        self.capacity = round_capacity(positions)
+        self.capacity = round_capacity(positions)  # entries it takes; its buffers hold `slots`
         self.length = 0
         self._all_live: list | None = None  # every layer, once all have buffers (engine reads them every step)
         self._counters: list[torch.Tensor] = []  # their write counters
@@ -64,6 +68,11 @@ class StaticKVCache(StaticCache):
                 self._counters = [layer.cumulative_length for layer in live]
         return live
 
+    @property
+    def slots(self) -> int:
+        """Entries each buffer holds: the capacity and the spare ones."""
+        return self.capacity + SPARE_SLOTS
+
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.length
 
@@ -76,11 +85,11 @@ class StaticKVCache(StaticCache):
         self.settle()
         capacity = round_capacity(2 * need)
         for layer in self.layers:
-            layer.max_cache_len = capacity
+            layer.max_cache_len = capacity + SPARE_SLOTS
             if layer.is_initialized:
                 for name in ("keys", "values"):
-                    old = getattr(layer, name)  # [B, H, capacity, D]
-                    new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
+                    old = getattr(layer, name)  # [B, H, slots, D]
+                    new = old.new_zeros(old.shape[0], old.shape[1], capacity + SPARE_SLOTS, old.shape[3])
                     new[:, :, : self.length] = old[:, :, : self.length]
                     if self.pinned:
                         torch._dynamo.mark_static_address(new)
@@ -150,7 +159,7 @@ class StaticKVCache(StaticCache):
             device = live[0].keys.device
             r, s, d = (torch.tensor(x, device=device) for x in (rows, src, dst))
             for layer in live:
-                for buf in (layer.keys, layer.values):  # [B, H, capacity, D]
+                for buf in (layer.keys, layer.values):  # [B, H, slots, D]
                     buf[r, :, d] = buf[r, :, s]  # [M, H, D]
         self.set_length(length)
 

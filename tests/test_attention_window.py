@@ -1,0 +1,80 @@
+"""Attention over a window of the static cache (engine/attention_window.py): the compiled forward reads the keys of
+the live entries only, computes what attention over every slot computed, and one graph serves every window."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch._dynamo.utils import counters
+
+from engine.attention_window import PREFIX, WINDOW_STEP, window
+from engine.decoder import Decoder
+from engine.forward import CompiledForward, compile_model, forward_for, register, uncompile
+from tests.conftest import tiny_model
+
+IDS = torch.randint(0, 96, (1, 200), generator=torch.Generator().manual_seed(2))
+
+
+def test_a_window_covers_the_live_entries_rounded_up_and_never_passes_the_capacity():
+    assert window(1, 256) == WINDOW_STEP
+    assert window(WINDOW_STEP, 256) == WINDOW_STEP
+    assert window(WINDOW_STEP + 1, 256) == 2 * WINDOW_STEP
+    assert window(250, 256) == 256  # rounded up past the capacity: the capacity
+    assert window(300, 256) == 300  # the cache grows first: every entry
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "qwen2"])
+def test_attention_reads_no_slot_past_the_window_and_computes_what_all_slots_computed(arch):
+    """Slots past the window hold NaN: attention over them would return NaN even where they are masked (0 x NaN)."""
+    model = tiny_model(arch, seed=0, sharpen=4.0)
+    forward = CompiledForward(model, compile=False)  # the static cache and masks, eager: the same attention wrapper
+    register(model, forward)
+    try:
+        assert forward.windowed and model.config._attn_implementation.startswith(PREFIX)
+        with torch.no_grad():
+            cache = forward.new_cache(400)
+            forward(IDS[:, :100], cache)
+            width = forward.mask_width(cache, 1)
+            assert width < cache.capacity
+            for layer in cache.layers:
+                layer.keys[:, :, width:] = float("nan")  # [B, H, slots - width, D]
+                layer.values[:, :, width:] = float("nan")
+            got = forward(IDS[:, 100:101], cache).logits  # [1, 1, V]
+            whole = model(input_ids=IDS[:, :101]).logits[:, 100:]  # no cache at all
+        assert torch.isfinite(got).all()
+        torch.testing.assert_close(got, whole, atol=1e-4, rtol=1e-4)
+    finally:
+        uncompile(model)
+    assert not model.config._attn_implementation.startswith(PREFIX)  # the model's own attention again
+
+
+def test_one_compiled_graph_serves_every_window_up_to_the_whole_capacity():
+    """Heads 64 wide, as the first window is: traced together they became one symbol, and every later window width
+    compiled a graph of its own (dynamo's duck shaping). Decoding to the capacity's last window compiles nothing."""
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        hidden_size=128,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,  # head_dim 64 = WINDOW_STEP
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        vocab_size=96,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    prompt, new = [5, 17, 3], 460  # a 512-entry cache: windows of 64 to 512
+    eager = Decoder(model, max_new_tokens=new).generate(prompt).tokens
+    report = compile_model(model, "the model")
+    try:
+        assert report.compiled, report.line()
+        graphs = counters["stats"]["unique_graphs"]
+        assert Decoder(model, max_new_tokens=new).generate(prompt).tokens == eager
+        assert counters["stats"]["unique_graphs"] == graphs
+        assert forward_for(model).graph is not None
+    finally:
+        uncompile(model)
