@@ -230,7 +230,8 @@ class CompiledForward(torch.nn.Module):
         cache.reserve(S)
         device = ids.device
         if positions is None:
-            positions = torch.arange(past, past + S, device=device)[None].repeat(B, 1)  # contiguous, as callers'
+            positions = torch.arange(past, past + S, device=device)  # [S]
+            positions = positions.view(1, S) if B == 1 else positions[None].repeat(B, 1)  # contiguous, as callers'
         if ids.stride() != (S, 1):  # the graphs guard on strides: a caller's slice would compile graphs of its own
             ids = ids.clone(memory_format=torch.contiguous_format)
         kwargs = {

@@ -57,6 +57,7 @@ class StaticKVCache(StaticCache):
         # them in its graph (two index ops per buffer there, against 32 ops of about 7 us each here, eager, on the
         # bundled target: 0.25 ms a step); anything else that reads or edits the buffers does them first (`settle`).
         self.moves: tuple[list[int], list[int]] | None = None
+        self._no_moves: tuple[torch.Tensor, torch.Tensor] | None = None  # `move_inputs` when nothing moves
 
     def _live(self) -> list:
         """The layers whose buffers exist (the first forward creates them all); kept once all exist."""
@@ -143,7 +144,11 @@ class StaticKVCache(StaticCache):
     def move_inputs(self, device) -> tuple[torch.Tensor, torch.Tensor]:
         """The pending moves as a compiled forward takes them: sources and destinations [MOVE_SLOTS], padded with
         entry 0 onto itself (always written: the prompt's first token). They stay pending until `moves_done`."""
-        src, dst = self.moves or ([], [])
+        if self.moves is None:  # no compaction pending (every plain step): the same padding tensors each time
+            if self._no_moves is None or self._no_moves[0].device != torch.device(device):
+                self._no_moves = torch.zeros(2, MOVE_SLOTS, dtype=torch.long, device=device).unbind(0)
+            return self._no_moves
+        src, dst = self.moves
         pad = [0] * (MOVE_SLOTS - len(src))
         return torch.tensor([src + pad, dst + pad], device=device).unbind(0)
 
