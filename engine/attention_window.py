@@ -18,6 +18,7 @@ import sys
 
 import torch
 from transformers import AttentionInterface
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 WINDOW_STEP = 64  # window widths are multiples of this (at most the capacity)
@@ -73,6 +74,11 @@ def wrap_attention(model: torch.nn.Module) -> bool:
     if not _dispatches(model):
         return False
     AttentionInterface.register(PREFIX + name, _windowed(name))
+    if name in ALL_MASK_ATTENTION_FUNCTIONS:
+        # and the masks transformers builds for it (its own generate, an eager forward without a mask): unregistered,
+        # a name gets no mask at all, and sdpa then aligned a causal run of several tokens after a cache to its
+        # top-left corner (transformers' prompt lookup and assisted rows matched plain decoding on 0 of 82 prompts)
+        AttentionMaskInterface.register(PREFIX + name, ALL_MASK_ATTENTION_FUNCTIONS[name])
     config._attn_implementation = PREFIX + name
     return True
 

@@ -78,3 +78,24 @@ def test_one_compiled_graph_serves_every_window_up_to_the_whole_capacity():
         assert forward_for(model).graph is not None
     finally:
         uncompile(model)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_wrapped_model_still_masks_its_own_causal_runs_after_a_cache(arch):
+    """transformers builds the mask itself where none is passed (its own generate; Glance's eager forward): for
+    the wrapped implementation too. Without one, sdpa aligned a run of several tokens after a cache to the top-left
+    corner, and transformers' prompt lookup matched plain decoding on no prompt of the suite."""
+    from transformers import DynamicCache
+
+    model = tiny_model(arch, seed=0, sharpen=4.0)
+    register(model, CompiledForward(model, compile=False))  # wraps the attention
+    try:
+        assert model.config._attn_implementation.startswith(PREFIX)
+        with torch.no_grad():
+            cache = DynamicCache(config=model.config)
+            model(input_ids=IDS[:, :10], past_key_values=cache, use_cache=True)
+            run = model(input_ids=IDS[:, 10:14], past_key_values=cache, use_cache=True).logits  # [1, 4, V]
+            whole = model(input_ids=IDS[:, :14]).logits[:, 10:]
+        torch.testing.assert_close(run, whole, atol=1e-4, rtol=1e-4)
+    finally:
+        uncompile(model)
