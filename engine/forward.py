@@ -230,8 +230,9 @@ class CompiledForward(torch.nn.Module):
         cache.reserve(S)
         device = ids.device
         if positions is None:
-            positions = torch.arange(past, past + S, device=device)  # [S]
-            positions = positions.view(1, S) if B == 1 else positions[None].repeat(B, 1)  # contiguous, as callers'
+            # [B, S], contiguous and not a view, as callers' are: the graphs guard on a view's base, and a one-row
+            # graph traced with a view compiled again for the first caller's positions (the batch decoder's, B = 1)
+            positions = torch.tensor([list(range(past, past + S))] * B, device=device)
         if ids.stride() != (S, 1):  # the graphs guard on strides: a caller's slice would compile graphs of its own
             ids = ids.clone(memory_format=torch.contiguous_format)
         kwargs = {

@@ -260,6 +260,10 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
     graphs = counters["stats"]["unique_graphs"]
     for method in ("ar", "vanilla", "eagle", "eagle3"):
         assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
+        # one row through the batch decoder (the sweep's B = 1 cells): the single-row graphs, with the batch
+        # decoder's own positions (one-row graphs traced with a view for positions compiled again here: 0.1x)
+        one = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS[1:2]).tokens
+        assert one == eager[method][1:2]
     assert counters["stats"]["unique_graphs"] == graphs
 
 
