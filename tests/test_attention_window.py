@@ -99,3 +99,16 @@ def test_a_wrapped_model_still_masks_its_own_causal_runs_after_a_cache(arch):
         torch.testing.assert_close(run, whole, atol=1e-4, rtol=1e-4)
     finally:
         uncompile(model)
+
+
+def test_the_causal_mask_lets_each_new_token_see_the_columns_up_to_its_own_position():
+    """The mask cut from the kept row template equals the causal mask built column by column, at every size, and
+    is a fresh contiguous tensor (the graphs guard on a view's base)."""
+    forward = CompiledForward(tiny_model("llama", seed=0), compile=False)
+    low = torch.finfo(torch.float32).min
+    for S, past, width in [(1, 0, 64), (1, 63, 64), (3, 10, 64), (17, 100, 128), (5, 1500, 1536), (1, 2999, 3000)]:
+        mask = forward._causal(S, past, width, torch.float32, torch.device("cpu"))
+        cols, rows = torch.arange(width), torch.arange(past, past + S)
+        expected = torch.zeros(S, width).masked_fill_(cols[None, :] > rows[:, None], low)
+        assert mask.shape == (1, 1, S, width) and mask.is_contiguous() and mask._base is None
+        assert torch.equal(mask[0, 0], expected), (S, past, width)
