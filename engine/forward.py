@@ -214,9 +214,10 @@ class CompiledForward(torch.nn.Module):
 
     def _causal(self, S: int, past: int, width: int, dtype, device) -> torch.Tensor:
         """[1, 1, S, width] additive: new token i (at position past + i) sees columns up to its own. Cut from a kept
-        row template (one slice and one copy, where arange, compare and fill took five ops: tens of microseconds on
-        each of a draft model's one-millisecond forwards). Template: `ramp[j]` is 0 for j < n, the lowest value after,
-        so `ramp[n - 1 - r : n - 1 - r + width]` is position r's row; a fresh tensor, never a view (see forward)."""
+        row template (a slice and one copy, two for several rows, where arange, compare and fill took five ops: tens
+        of microseconds on each of a draft model's one-millisecond forwards). Template: `ramp[j]` is 0 for j < n,
+        the lowest value after, so `ramp[n - 1 - r : n - 1 - r + width]` is position r's row; a fresh tensor, never a
+        view (see forward)."""
         n = max(width, past + S)
         ramp = self._ramp
         if ramp is None or ramp.shape[0] < 2 * n or ramp.dtype != dtype or ramp.device != device:
