@@ -231,7 +231,8 @@ def charts(results: dict, out: Path) -> list[Path]:
         ax.set_xlabel("batch size")
         ax.set_ylabel("speedup over batched plain decoding")
         ax.set_title("solid: measured · dashed: predicted", fontsize=8)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a sweep of plain decoding alone has no method line to name
+            ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(out / "batch_sweep.png")
         fig.savefig(written[-1], dpi=120)
