@@ -121,6 +121,28 @@ def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weig
         uncompile(model)
 
 
+def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel():
+    """engine.forward.tune_products: a graph's matrix products are timed while compiling (oneDNN's call against
+    inductor's C++ GEMM kernel), not sent to oneDNN unasked; the tuned graph computes what the eager model computes.
+    Both caches off, so the timing runs here rather than being read from an earlier compile."""
+    model = half("llama")
+    forward = CompiledForward(model)
+    try:
+        tuned = counters["inductor"]["select_algorithm_autotune"]
+        with torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False):
+            forward.warm_up()
+        assert counters["inductor"]["select_algorithm_autotune"] > tuned
+        assert torch._inductor.config.max_autotune_gemm
+        with torch.no_grad():
+            cache = forward.new_cache(16)
+            forward(IDS[:, :8], cache)
+            got = torch.cat([forward(IDS[:, 8:9], cache).logits, forward(IDS[:, 9:], cache).logits], 1)
+            whole = model(input_ids=IDS).logits
+        torch.testing.assert_close(got.float(), whole[:, 8:].float(), atol=0.05, rtol=0.02)
+    finally:
+        uncompile(model)
+
+
 def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
     """EAGLE's drafting step (engine/heads/compiled_step.py) packs its head as the target's forward packs the target:
     one copy for the one-row and the batched graphs. The head drafts as it did."""
