@@ -24,11 +24,16 @@ DEEP_EVERY = 4  # and every 4th probe while drafting drafts uncapped, so deep ac
 # multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
 PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
-# While plain steps stay best, probes come twice as far apart: where drafting loses (the real model in float32 on a
-# CPU, where a drafted step costs 2-3 plain ones) probing every 6th step cost 10-15% of the run. Under a fixed cost
-# model where drafting loses, vanilla rose from 0.79x to 0.84x of plain decoding; backing off up to 8x gave 0.86x
-# but cost EAGLE-3 7% off the suite, where it must notice that drafting pays again (2x: 1%).
-MAX_BACKOFF = 1
+# While plain steps stay best, each probe comes twice as far after the last (up to 2**MAX_BACKOFF times): where
+# drafting loses (the real model in float32 on a CPU, where a drafted step costs 2-3 plain ones) probing every 6th
+# step cost 10-15% of the run. Under a fixed cost model where drafting loses, vanilla rose from 0.79x to 0.84x of
+# plain decoding; backing off up to 8x gave 0.86x but cost EAGLE-3 7% off the suite, where it must notice that
+# drafting pays again (2x: 1%). With tuned products (engine.forward.tune_products) a plain step costs 2.5-3 ms and a
+# probe from plain steps runs cold (a drafted step 6.1 ms where drafting every step takes 4.2, the plain steps after
+# it 3.5 falling to 2.5 over eight), so probing every 8-16 steps cost 9-12% where plain steps won (every drafter at
+# 0.88-0.91x off the suite, 0.89-0.91x on it); backing off up to 32x: 0.95-0.97x and 0.96-0.99x (interleaved, two or
+# three rounds, each budget its own memory).
+MAX_BACKOFF = 5
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than

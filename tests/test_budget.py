@@ -49,9 +49,18 @@ def test_where_plain_steps_win_the_probes_stay_shallow():
     caps = run(budget, 240, lambda d: 0, lambda d: 0.010 * (1 + 0.5 * d))  # nothing is ever accepted
     probes = [c for c in caps[WARMUP_STEPS:] if c != 0]
     assert set(probes) == {1}, probes
-    # plain steps stay best, so after the first probe they come twice as far apart (MAX_BACKOFF)
-    gap = EXPLORE_EVERY * 2**MAX_BACKOFF
-    assert 0.7 * 237 / gap < len(probes) < 1.3 * 237 / gap + 1, len(probes)
+    # plain steps stay best, so each probe comes twice as far after the last as that one did, up to 2**MAX_BACKOFF
+    # times the gap (each gap 4 to 8 steps times its back-off)
+    assert probes_within(237, EXPLORE_EVERY + 2) <= len(probes) <= probes_within(237, EXPLORE_EVERY - 2) + 1, probes
+
+
+def probes_within(steps: int, gap: int) -> int:
+    """Probes in `steps` steps where they back off from `gap` steps apart, doubling up to 2**MAX_BACKOFF."""
+    count, used = 0, EXPLORE_EVERY
+    while used <= steps:
+        count += 1
+        used += gap * 2 ** min(count - 1, MAX_BACKOFF)
+    return count
 
 
 def test_probes_do_not_alias_with_periodic_text():
