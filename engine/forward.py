@@ -20,6 +20,7 @@ import inspect
 import threading
 import time
 import types
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,11 +122,13 @@ def tune_products() -> None:
     oneDNN's call once per shape while compiling, instead of calling oneDNN for every product. Measured here (bf16, two
     threads, off-suite prompts, two rounds in separate processes): plain decoding 194-203 -> 309-311 tok/s, the draft
     model's one-token forward 0.96 -> 0.70 ms; compiling the bundled models took 101 -> 215 s with an empty cache (70
-    -> 87 s with inductor's cache warm). Global, as freezing is: read whenever a graph compiles. Its report of
-    every timing on stderr stays off."""
+    -> 87 s with inductor's cache warm). Global, as freezing is: read whenever a graph compiles. Its reports on
+    stderr stay off (every timing, a JSON line per product, a deprecation warning from its benchmarking)."""
     torch._inductor.config.max_autotune_gemm = True
     torch._inductor.config.max_autotune_gemm_backends = "CPP,ATEN"
     torch._inductor.config.autotune_num_choices_displayed = 0
+    torch._inductor.config.max_autotune_report_choices_stats = False
+    warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning, "torch._inductor.select_algorithm")
 
 
 def compile_function(fn: Callable) -> Callable:
