@@ -29,10 +29,10 @@ PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
 # step cost 10-15% of the run. Under a fixed cost model where drafting loses, vanilla rose from 0.79x to 0.84x of
 # plain decoding; backing off up to 8x gave 0.86x but cost EAGLE-3 7% off the suite, where it must notice that
 # drafting pays again (2x: 1%). With tuned products (engine.forward.tune_products) a plain step costs 2.5-3 ms and a
-# probe from plain steps runs cold (a drafted step 6.1 ms where drafting every step takes 4.2, the plain steps after
-# it 3.5 falling to 2.5 over eight), so probing every 8-16 steps cost 9-12% where plain steps won (every drafter at
-# 0.88-0.91x off the suite, 0.89-0.91x on it); backing off up to 32x: 0.95-0.97x and 0.96-0.99x (interleaved, two or
-# three rounds, each budget its own memory).
+# probe from plain steps runs cold (Medusa at depth 1 on the suite: its probes' steps 6.0-6.4 ms where a run of them
+# takes about 4.5, the plain steps after them 3.5 falling to 2.5 over eight), so probing every 8-16 steps cost 9-12%
+# where plain steps won (every drafter at 0.88-0.91x off the suite, 0.89-0.91x on it); backing off up to 32x:
+# 0.95-0.97x and 0.96-0.99x (interleaved, two or three rounds, each budget its own memory).
 MAX_BACKOFF = 5
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
