@@ -34,6 +34,15 @@ PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
 # where plain steps won (every drafter at 0.88-0.91x off the suite, 0.89-0.91x on it); backing off up to 32x:
 # 0.95-0.97x and 0.96-0.99x (interleaved, two or three rounds, each budget its own memory).
 MAX_BACKOFF = 5
+# And never more often than spends PROBE_SHARE of the run on probing: a probe from plain steps costs what its steps
+# took beyond the plain steps its tokens would have taken, and the plain step after it (which runs cold). With tuned
+# products a probe switches the target between two graphs, each with its own copy of the weights, and only one fits in
+# the cache: EAGLE-2's probes off the suite cost 10-11 ms on top (a catch-up over every token since the last draft, a
+# cold verify, a cold plain step after) against a 2.7 ms plain step, one every 128-256 steps cost about 4% of the
+# run (0.95-0.96x where plain steps every step ran 0.99-1.00x). Where a probe nearly pays, its cost is near zero
+# and the pace stays the back-off's; where drafting pays, there is no idle probe at all.
+PROBE_SHARE = 0.01
+PROBE_COSTS = 5  # probes' costs remembered: the median spaces the next ones
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
@@ -138,6 +147,8 @@ class CostAwareBudget(FullBudget):
     hold: int | None = None  # a probe's cap, repeated once at the next step to time it out of a switch-in
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
+    probe_costs: list[float] = field(default_factory=list)  # seconds each latest idle probe cost (PROBE_SHARE)
+    probe_open: float | None = None  # the cost so far of the idle probe under way
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
 
@@ -159,6 +170,7 @@ class CostAwareBudget(FullBudget):
             # probes keep their pace across runs: a run that ended before its probe was due probes early in the next
             # (reset every run, runs of 32 tokens ended before the first probe, and plain steps were kept for good)
             self.probes, self.idle_probes = memory.get("probes", 0), memory.get("idle_probes", 0)
+            self.probe_costs = list(memory.get("probe_costs", []))
             self.next_probe = self.steps + memory.get("probe_in", self.rng.randint(*PROBE_GAPS))
 
     def finish(self) -> None:
@@ -174,6 +186,7 @@ class CostAwareBudget(FullBudget):
                 max_depth=self.max_depth,
                 probes=self.probes,
                 idle_probes=self.idle_probes,
+                probe_costs=list(self.probe_costs),
                 probe_in=max(0, self.next_probe - self.steps),
             )
 
@@ -188,6 +201,8 @@ class CostAwareBudget(FullBudget):
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         best = max(caps, key=lambda cap: self.expected_tokens(cap) / max(seconds[cap], 1e-9))
+        if best > 0:
+            self.probe_open = None  # a probe from plain steps found that drafting pays: it cost nothing
         if best == 0 and left is not None and left < PROBE_HORIZON:
             return 0  # too late in the run for a probe to pay for itself
         if self.steps >= self.next_probe:  # a probe: one depth past the best, now and then uncapped
@@ -195,13 +210,19 @@ class CostAwareBudget(FullBudget):
             # cost several plain steps, and the budget's own measuring held drafters below 1x off the suite)
             self.idle_probes = self.idle_probes + 1 if best == 0 else 0
             backoff = 2 ** min(self.idle_probes - 1, MAX_BACKOFF) if self.idle_probes else 1
-            self.next_probe = self.steps + self.rng.randint(*PROBE_GAPS) * backoff
+            gap = self.rng.randint(*PROBE_GAPS) * backoff
+            if best == 0 and self.probe_costs and self.plain_floor < float("inf"):
+                share = _median(self.probe_costs) / (PROBE_SHARE * max(self.plain_floor, 1e-9))  # steps apart
+                gap = max(gap, int(share * self.rng.uniform(1.0, 1.5)))  # jittered: no fixed period (PROBE_GAPS)
+            self.next_probe = self.steps + gap
             self.probes += 1
             # no uncapped probe while plain steps are best: a full tree there cost 3 plain steps off the suite (27 ms
             # against 8.5) for 1-4 tokens, so probes climb one depth at a time until drafting pays
             deep = self.probes % DEEP_EVERY == 0 and best > 0
             cap = None if deep or best >= self.max_depth else best + 1
             self.hold = cap if self.last_depth == 0 else None  # from plain steps: probe twice, time the second
+            if best == 0 and self.last_depth == 0:
+                self.probe_open = 0.0  # an idle probe: what it costs is counted until the plain step after it
             return cap
         return best
 
@@ -292,6 +313,13 @@ class CostAwareBudget(FullBudget):
             if len(self.plain_times) >= PLAIN_MIN or not runs:
                 runs = runs + [_quantile(self.plain_times, PLAIN_QUANTILE)]
             self.plain_floor = _median(runs)
+        if self.probe_open is not None and self.plain_floor < float("inf"):
+            tokens = 1 + sum(accepted) / max(len(accepted), 1)  # per row: what plain steps would have taken
+            self.probe_open += draft_s + verify_s - tokens * self.plain_floor
+            if deepest == 0:  # the plain step after the probe (cold) ends it
+                self.probe_costs.append(max(self.probe_open, 0.0))
+                del self.probe_costs[:-PROBE_COSTS]
+                self.probe_open = None
         switch_in, self.last_depth = deepest > 0 and self.last_depth == 0, deepest
         if self.hold is not None and not any(accepted):
             self.hold = None  # the probe's draft missed outright: no second step to time (drafting rarely pays here)

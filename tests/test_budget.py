@@ -308,7 +308,31 @@ def test_no_probe_near_the_end_of_a_run_while_plain_steps_win():
             caps[left].append(cap)
     assert caps[PROBE_HORIZON - 1][WARMUP_STEPS:] == [0] * (60 - WARMUP_STEPS)
     assert caps[PROBE_HORIZON - 1][:WARMUP_STEPS] == [None, None, 0]  # the warm-up measures both ends regardless
-    assert sum(c != 0 for c in caps[PROBE_HORIZON + 100][WARMUP_STEPS:]) >= 3
+    assert sum(c != 0 for c in caps[PROBE_HORIZON + 100][WARMUP_STEPS:]) >= 2
+
+
+def test_costly_probes_take_at_most_their_share_of_the_run():
+    """Where a probe from plain steps costs many plain steps (a switch between graphs, a catch-up, a cold cache),
+    probes come far enough apart that they take about PROBE_SHARE of the run; where a probe costs little, the back-off
+    alone paces them. The probes' costs carry over to the next run."""
+    from engine.budget import PROBE_SHARE
+
+    def probe_steps(drafted_s: float, memory=None, steps: int = 4000) -> list[int]:
+        budget = CostAwareBudget()
+        budget.reset(memory)
+        caps = run(budget, steps, lambda d: 0, lambda d: 0.010 if d == 0 else drafted_s)  # nothing is accepted
+        budget.finish()
+        return [i for i, c in enumerate(caps[WARMUP_STEPS:]) if c != 0]
+
+    costly = probe_steps(0.100)  # each probe costs 9 plain steps on top
+    assert costly and len(costly) * 0.090 <= 1.5 * PROBE_SHARE * 4000 * 0.010 + 2 * 0.090, costly
+    cheap = probe_steps(0.0105)
+    assert len(cheap) > 2 * len(costly), (cheap, costly)  # the back-off's pace: up to every 128-256 steps
+    memory: dict = {}
+    probe_steps(0.100, memory, 60)
+    assert memory["probe_costs"] == [pytest.approx(0.090)] * len(memory["probe_costs"]) != []
+    later = probe_steps(0.100, memory, 400)
+    assert len(later) <= 1, later  # no cheap first probes: the next one comes about 900 steps after the last
 
 
 def test_probes_keep_their_pace_across_short_runs():
