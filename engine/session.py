@@ -14,10 +14,13 @@ from engine.budget import make_budget
 from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
+from engine.drafters.medusa import MedusaDrafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
+from engine.heads.compiled_readout import compile_readout, forget_compiled_readouts
 from engine.heads.compiled_step import compile_head, compiles_drafting, forget_compiled_steps
+from engine.heads.medusa import MedusaHeads
 from engine.models import BUNDLED_TARGET, LoadedModel, load_model
 from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
@@ -60,7 +63,8 @@ class RaceSettings:
         }
 
 
-COMPILED_HEADS = {"eagle": "EAGLE", "eagle3": "EAGLE-3"}  # part key -> label: heads whose drafting step compiles
+# part key -> label: heads whose drafting step (EAGLE's) or read-out (Medusa's) compiles
+COMPILED_HEADS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa"}
 
 
 @dataclass
@@ -122,6 +126,7 @@ class Session:
         torch._dynamo.reset()  # graphs of earlier models hold their weights (frozen in, on a CPU): drop them
         forget_compiled()  # and the compiled forwards and drafting steps, which hold their models and heads
         forget_compiled_steps()
+        forget_compiled_readouts()
         models = [("the target", self.target.model)]
         draft = self.parts.get("draft")
         if isinstance(draft, LoadedModel):
@@ -130,12 +135,18 @@ class Session:
             if cancel is not None and cancel():
                 raise GlanceError("loading cancelled")
             self.compiled.append(compile_model(model, name, progress))
-        for key, label in COMPILED_HEADS.items():  # EAGLE's drafting steps: head forward and read-out, one graph
-            head = self.parts.get(key)
-            if head is None or not compiles_drafting(head):
+        for key, label in COMPILED_HEADS.items():  # EAGLE's drafting steps (head forward and read-out, one graph)
+            head = self.parts.get(key)  # and Medusa's read-out (every head and the projection, one graph)
+            if head is None or not (compiles_drafting(head) or isinstance(head, MedusaHeads)):
                 continue
             if cancel is not None and cancel():
                 raise GlanceError("loading cancelled")
+            if isinstance(head, MedusaHeads):
+                if progress is not None:
+                    progress(0, 1, f"compiling the {label} heads' read-out (once per session)")
+                k = MedusaDrafter(head).topk  # what the default tree reads per head
+                self.compiled.append(compile_readout(head, k, f"the {label} heads"))
+                continue
             if progress is not None:
                 progress(0, 1, f"compiling the {label} head's drafting step (once per session)")
             self.compiled.append(compile_head(head, f"the {label} head"))

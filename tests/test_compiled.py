@@ -19,9 +19,10 @@ from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, greedy_ids, register, uncompile
+from engine.heads.compiled_readout import CompiledReadout, compile_readout, compiled_readout_of, uncompile_readout
 from engine.heads.compiled_step import CompiledDraftStep, compile_head, compiled_step_of, uncompile_head
 from engine.heads.eagle3 import Eagle3Head
-from engine.heads.readout import draft_step
+from engine.heads.readout import candidates, draft_step, top_candidates
 from engine.static_cache import StaticKVCache
 from engine.tree import additive_mask
 from tests.conftest import perturbed_copy, tiny_model
@@ -200,13 +201,16 @@ def compiled():
     make = makers(target, draft)
     eager = decode_all(target, make, PROMPTS)  # before compiling: the eager path's tokens
     heads = [make["eagle"]().head, make["eagle3"]().head]
+    medusa = make["medusa"]()
     reports = [compile_model(target, "the target"), compile_model(draft, "the draft model")]
     reports += [compile_head(heads[0], "the EAGLE head"), compile_head(heads[1], "the EAGLE-3 head")]
+    reports += [compile_readout(medusa.heads, medusa.topk, "the Medusa heads")]
     yield target, draft, eager, reports, make
     uncompile(target)
     uncompile(draft)
     for head in heads:
         uncompile_head(head)
+    uncompile_readout(medusa.heads)
 
 
 def test_compiling_reports_its_time_and_registers_the_forward(compiled):
@@ -217,6 +221,16 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
     assert isinstance(forward_for(target), CompiledForward) and forward_for(target).graph is not None
     for method in ("eagle", "eagle3"):
         assert compiled_step_of(make[method]().head) is not None
+    assert reports[4].line().startswith("compiled the Medusa heads in ")
+    medusa = make["medusa"]()
+    heads, k = medusa.heads, medusa.topk  # the graph the fixture warmed up (another k would compile another)
+    assert compiled_readout_of(heads) is not None
+    x = torch.randn(1, heads.hidden, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        values, ids = candidates(heads)(x, k, log_probs=False)  # [K, 1, k]: the graph
+        eager_values, eager_ids = top_candidates(heads, x, k, log_probs=False)
+    assert ids.shape == (heads.num_heads, 1, k) and torch.equal(ids, eager_ids)
+    torch.testing.assert_close(values, eager_values)
 
 
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
@@ -240,9 +254,12 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
     for method in ("eagle", "eagle3"):  # count the heads' compiled steps: drafting must run them
         step = compiled_step_of(make[method]().head)
         step.graph = counted(step.graph, calls, method)
+    readout = compiled_readout_of(make["medusa"]().heads)  # and Medusa's compiled read-out
+    (key,) = readout.graphs
+    readout.graphs[key] = counted(readout.graphs[key], calls, "medusa")
     first = decode_all(target, make, PROMPTS)
     assert first == eager
-    assert calls["eagle"] > NEW and calls["eagle3"] > NEW, calls
+    assert calls["eagle"] > NEW and calls["eagle3"] > NEW and calls["medusa"] > NEW / 4, calls
     graphs = counters["stats"]["unique_graphs"]
     again = decode_all(target, make, PROMPTS[::-1])  # other prompt lengths, other tree sizes: the same graphs
     assert again == {m: t[::-1] for m, t in eager.items()}
@@ -317,6 +334,26 @@ def test_a_head_graph_that_fails_mid_run_finishes_the_run_eager():
         assert compiled_step_of(head) is None  # the next run drafts eager from the start
     finally:
         uncompile_head(head)
+
+
+def test_a_medusa_read_out_that_fails_mid_run_finishes_the_run_eager():
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    heads = random_heads(target)
+    readout = CompiledReadout(heads)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("recompile failed")
+
+    drafter = MedusaDrafter(heads, "cpu_16")
+    readout.graphs[(drafter.topk, False)] = broken
+    candidates(heads).__dict__["compiled"] = readout
+    try:
+        res = Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1])
+        assert res.tokens == reference(target, PROMPTS[1])[:NEW]
+        assert readout.failure == "torch.compile failed (recompile failed): reading the MedusaHeads out eager"
+        assert compiled_readout_of(heads) is None  # the next run reads out eager from the start
+    finally:
+        uncompile_readout(heads)
 
 
 def test_a_failed_compile_leaves_the_model_eager_with_one_line(monkeypatch):

@@ -137,7 +137,8 @@ class MedusaDrafter(Drafter):
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.hidden is None or max_tokens < 1:
             return Draft()
-        top = candidates(self.heads)(self.hidden, self.topk, log_probs=False).indices  # [K, k]
+        # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]
+        top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False).indices[:, 0]  # [K, k]
         return self.tree_from(top.tolist(), max_tokens)
 
     def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:

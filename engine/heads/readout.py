@@ -31,8 +31,12 @@ class TopCandidates(nn.Module):
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
         self.__dict__["head"] = weakref.ref(head)  # not a submodule, and no cycle that keeps the head alive
+        self.__dict__["compiled"] = None  # a CompiledReadout, when the session compiles Medusa's read-out
 
     def forward(self, x: torch.Tensor, k: int, log_probs: bool = True):
+        compiled = self.compiled
+        if compiled is not None and compiled.takes(x):
+            return compiled(x, k, log_probs)
         return top_candidates(self.head(), x, k, log_probs)
 
 
@@ -80,6 +84,11 @@ def draft_step(head: nn.Module) -> DraftStep:
     if step is None:
         step = _STEPS[head] = DraftStep(head)
     return step
+
+
+def readouts() -> list[TopCandidates]:
+    """Every head's TopCandidates made so far (live heads only)."""
+    return list(_READOUTS.values())
 
 
 def draft_steps() -> list[DraftStep]:
