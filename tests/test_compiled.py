@@ -274,14 +274,21 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
         forward_for(model).warm_up(2)
     for method in ("eagle", "eagle3"):  # the heads' batched drafting steps, as the sweep warms them up
         compiled_step_of(make[method]().head).warm_up(2)
+    medusa = make["medusa"]()  # and Medusa's batched read-out
+    readout = compiled_readout_of(medusa.heads)
+    readout.warm_up(medusa.topk, rows=2)
+    (key,) = readout.graphs
+    rows_read, graph = [], readout.graphs[key]
+    readout.graphs[key] = lambda x: rows_read.append(x.shape[0]) or graph(x)
     graphs = counters["stats"]["unique_graphs"]
-    for method in ("ar", "vanilla", "eagle", "eagle3"):
+    for method in ("ar", "vanilla", "medusa", "eagle", "eagle3"):
         assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
         # one row through the batch decoder (the sweep's B = 1 cells): the single-row graphs, with the batch
         # decoder's own positions (one-row graphs traced with a view for positions compiled again here: 0.1x)
         one = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS[1:2]).tokens
         assert one == eager[method][1:2]
     assert counters["stats"]["unique_graphs"] == graphs
+    assert max(rows_read) == len(PROMPTS) and 1 in rows_read  # the batch's read-out ran compiled, and one row's
 
 
 def counted(graph, calls: dict, key: str):

@@ -18,7 +18,9 @@ from engine.bench.suite import BenchSetup, Progress
 from engine.budget import make_budget
 from engine.errors import GlanceError
 from engine.forward import CompiledForward, forward_for
+from engine.heads.compiled_readout import compiled_readout_of
 from engine.heads.compiled_step import compiled_step_of, compiles_drafting
+from engine.heads.medusa import MedusaHeads
 from engine.models import LoadedModel
 from engine.variants import build_drafter
 
@@ -58,12 +60,18 @@ def run_sweep(
         forward = forward_for(model)
         if isinstance(forward, CompiledForward) and forward.graph is not None:
             forward.warm_up(2, "a model", lambda i, n, what: progress and progress(done, total, what))
-    for part in setup.parts.values():  # compiled EAGLE drafting steps: their batched graphs too
+    for part in setup.parts.values():  # compiled EAGLE drafting steps and Medusa read-outs: their batched graphs too
         step = compiled_step_of(part) if compiles_drafting(part) else None
         if step is not None:
             if progress:
                 progress(done, total, "compiling a head's drafting step in batches")
             step.warm_up(2)
+        readout = compiled_readout_of(part) if isinstance(part, MedusaHeads) else None
+        if readout is not None:
+            if progress:
+                progress(done, total, "compiling the Medusa heads' read-out in batches")
+            for k, _ in list(readout.graphs):  # every k a proposal asked for so far (the default tree's at load)
+                readout.warm_up(k, rows=2)
     for m in methods:  # warm-up at batch 2
         BatchDecoder(setup.target.model, decoder(m).make_drafter, setup.sampling, 8, setup.eos).generate(encoded[:2])
         done += 1
