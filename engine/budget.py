@@ -37,7 +37,7 @@ MAX_BACKOFF = 5
 # And never more often than spends PROBE_SHARE of the run on probing: a probe from plain steps costs what its steps
 # took beyond the plain steps its tokens would have taken, and the plain step after it (which runs cold). With tuned
 # products a probe switches the target between two graphs, each with its own copy of the weights, and only one fits in
-# the cache: EAGLE-2's probes off the suite cost 10-11 ms on top (a catch-up over every token since the last draft, a
+# the cache: EAGLE-2's probes off the suite cost 14-17 ms on top (a catch-up over every token since the last draft, a
 # cold verify, a cold plain step after) against a 2.7 ms plain step, one every 128-256 steps cost about 4% of the
 # run (0.95-0.96x where plain steps every step ran 0.99-1.00x). Where a probe nearly pays, its cost is near zero
 # and the pace stays the back-off's; where drafting pays, there is no idle probe at all.

@@ -72,8 +72,9 @@ class CompiledReadout:
 
 
 def compile_readout(heads: torch.nn.Module, k: int, name: str = "the heads") -> CompileReport:
-    """Compile the read-out of `heads` for `k` candidates per head and warm it up; every later one-row
-    `candidates(heads)` call runs it. On any failure the heads read out eager and the report says why in one line."""
+    """Compile the read-out of `heads` for `k` candidates per head and warm it up for one row; every later
+    `candidates(heads)` call over rows [rows, H] runs it. On any failure the heads read out eager and the report says
+    why in one line."""
     t0 = time.perf_counter()
     try:
         compiled = CompiledReadout(heads)
