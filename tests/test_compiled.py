@@ -363,6 +363,25 @@ def test_a_medusa_read_out_that_fails_mid_run_finishes_the_run_eager():
         uncompile_readout(heads)
 
 
+def test_a_medusa_tree_that_reads_another_k_compiles_its_read_out_when_built():
+    """The session compiles the default tree's read-out; a tree reading more candidates per head gets its graph when
+    its drafter is built (before a run), so no run compiles mid-decode."""
+    target = tiny_model("llama", seed=0, sharpen=4.0)
+    heads = random_heads(target)
+    default = MedusaDrafter(heads, "chain_4")  # k = 1
+    assert compile_readout(heads, default.topk).compiled
+    try:
+        readout = compiled_readout_of(heads)
+        assert list(readout.graphs) == [(1, False)]
+        wide = MedusaDrafter(heads, "cpu_16")
+        assert wide.topk > 1 and (wide.topk, False) in readout.graphs
+        graphs = len(readout.graphs)
+        res = Decoder(target, wide, max_new_tokens=NEW).generate(PROMPTS[1])
+        assert res.tokens == reference(target, PROMPTS[1])[:NEW] and len(readout.graphs) == graphs
+    finally:
+        uncompile_readout(heads)
+
+
 def test_a_failed_compile_leaves_the_model_eager_with_one_line(monkeypatch):
     target = tiny_model("llama", seed=0)
 

@@ -15,6 +15,7 @@ import torch
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
+from engine.heads.compiled_readout import compiled_readout_of
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
 from engine.heads.readout import candidates
 from engine.models import BUNDLED_MEDUSA
@@ -126,6 +127,9 @@ class MedusaDrafter(Drafter):
         self.approximate = acceptance == "typical"
         self.typical = (typical_eps, typical_alpha)
         self.hidden: torch.Tensor | None = None  # [H]: last hidden state of the last accepted position
+        readout = compiled_readout_of(heads)
+        if readout is not None and (self.topk, False) not in readout.graphs:
+            readout.warm_up(self.topk)  # a tree reading another k than the one compiled at load: now, not mid-run
 
     def reset(self) -> None:
         self.hidden = None
