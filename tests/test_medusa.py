@@ -71,7 +71,7 @@ def test_shared_lm_head_is_read_once_per_proposal():
 
 def test_medusa_exact_sampling_matches_target():
     V = 12
-    prompt = [3, 7, 1]
+    prompt = [5, 6, 5, 6]
     target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
     heads = random_heads(target, k=3, scale=2.0)
     drafter = MedusaDrafter(heads, [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0)])
@@ -196,3 +196,42 @@ def test_eager_attention_reads_the_tree_mask():
     for prompt in PROMPTS:
         res = Decoder(target, MedusaDrafter(heads, "mc_sim_7b_63"), max_new_tokens=NEW).generate(prompt)
         assert res.tokens == reference(target, prompt)
+
+
+def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
+    """Under a draft budget, the plain steps since the last draft are checked when a step drafts again: head 0 on each
+    one's hidden state against the token that followed (depth 1 only), as the heads would have drafted there."""
+    from engine.budget import FullBudget
+
+    told = []
+
+    class PlainThenDraft(FullBudget):
+        name = "plain-then-draft"
+
+        def __init__(self):
+            self.steps = 0
+
+        def choose(self, left=None):
+            self.steps += 1
+            return 0 if self.steps <= 12 else None  # twelve plain steps, then full drafts
+
+        def hindsight(self, matches, depth=None):
+            if matches:
+                told.append((list(matches), depth))
+
+    target = tiny_model("llama", sharpen=4.0)
+    heads = random_heads(target, scale=0.5)  # near copies of the LM head: right where the text repeats
+    drafter = MedusaDrafter(heads, "cpu_16")
+    prompt = [5, 6, 5, 6]
+    res = Decoder(target, drafter, max_new_tokens=NEW, budget=PlainThenDraft()).generate(prompt)
+    assert res.tokens == reference(target, prompt)
+    assert len(told) == 1 and told[0][1] == 1
+    # the same guesses from one forward over the whole text: the hidden state after each plain step's token
+    tokens = prompt + res.tokens
+    with torch.no_grad():
+        hidden = target(torch.tensor([tokens]), output_hidden_states=True).hidden_states[-1][0]  # [T, H]
+        top = heads.first_logits(hidden).topk(3, dim=-1).indices.tolist()  # cpu_16's depth 1: head 0's top 3
+    first = len(prompt)  # the first plain step read the first new token: its hidden state guesses two ahead
+    expected = [tokens[i + 2] in top[i] for i in range(first, first + 11)]  # the twelfth's guess was not known yet
+    assert told[0][0] == expected
+    assert 0 < sum(expected) < len(expected)  # the test tells hits from misses

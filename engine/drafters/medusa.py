@@ -93,9 +93,16 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
     return sorted(set(paths), key=lambda p: (len(p), p))
 
 
+# Hidden states of plain steps kept for hindsight (engine/budget.py): under a draft budget Medusa's heads read nothing
+# while plain steps are best, so acceptance was learned from the rare probes alone (about eight drafts' worth per
+# run): off the suite the budget put depth 1 at 1.47-1.51 tokens a step where drafting every step got 1.66-1.68.
+HINDSIGHT_KEEP = 256
+
+
 class MedusaDrafter(Drafter):
     name = "medusa"
     needs_hidden_states = True
+    hindsight_depth = 1  # head 0 on a plain step's hidden state: the depth-1 guess there (deeper heads guess alone)
 
     def __init__(
         self,
@@ -127,12 +134,16 @@ class MedusaDrafter(Drafter):
         self.approximate = acceptance == "typical"
         self.typical = (typical_eps, typical_alpha)
         self.hidden: torch.Tensor | None = None  # [H]: last hidden state of the last accepted position
+        self.first_ranks = sorted({p[0] for p in self.paths if len(p) == 1})  # head 0's candidates at depth 1
+        self.unchecked: list[torch.Tensor] = []  # [H] each: plain steps' hidden states since the last draft
+        self.unchecked_from = 0  # the index in the tokens of the one the first of them emitted
+        self.matches: list[bool] = []
         readout = compiled_readout_of(heads)
         if readout is not None and (self.topk, False) not in readout.graphs:
             readout.warm_up(self.topk)  # a tree reading another k than the one compiled at load: now, not mid-run
 
     def reset(self) -> None:
-        self.hidden = None
+        self.hidden, self.unchecked, self.matches = None, [], []
 
     def begin(self, state: DecodeState) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, -1]
@@ -141,6 +152,9 @@ class MedusaDrafter(Drafter):
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.hidden is None or max_tokens < 1:
             return Draft()
+        if len(self.unchecked) > 1:
+            self._check_unchecked(state.tokens)
+        self.unchecked = []
         # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]
         top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False).indices[:, 0]  # [K, k]
         return self.tree_from(top.tolist(), max_tokens)
@@ -160,8 +174,25 @@ class MedusaDrafter(Drafter):
         """One heads call and one top-k for every row of a batch."""
         return BatchedHeads(drafters)
 
+    def _check_unchecked(self, tokens: list[int]) -> None:
+        """Hindsight over the plain steps since the last draft: whether head 0 on each one's hidden state had the
+        next token among the tree's depth-1 candidates (the last one's next token is not known yet). One call of
+        head 0 for all of them, eager: it runs when a step drafts after plain ones, not every step."""
+        hidden = torch.stack(self.unchecked[:-1])  # [n, H]
+        top = self.heads.first_logits(hidden).topk(max(self.first_ranks) + 1, dim=-1).indices  # [n, k]
+        guesses = top[:, self.first_ranks].tolist()
+        start = self.unchecked_from + 1  # the token head 0 guesses from the first plain step's hidden state
+        self.matches = [tokens[start + j] in row for j, row in enumerate(guesses)]
+
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
+        if not len(draft) and state.sampling.greedy:  # a plain step: what head 0 would have guessed is checked later
+            if not self.unchecked:
+                self.unchecked_from = len(state.tokens) - 1
+            self.unchecked.append(self.hidden)
+            if len(self.unchecked) > HINDSIGHT_KEEP:
+                del self.unchecked[0]
+                self.unchecked_from += 1
 
     def settings(self) -> dict:
         return {

@@ -90,6 +90,11 @@ class MedusaHeads(nn.ModuleList):
         """[K, ..., V]: every head's logits (what engine/heads/readout.py reads candidates from)."""
         return self(hidden)
 
+    def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., V]: head 0's logits alone (the depth-1 guesses a draft budget checks in hindsight)."""
+        lm_head = self.shared_lm_head
+        return self[0](hidden) if lm_head is None else lm_head(self[0](hidden))
+
     def config(self) -> dict:
         return {
             "medusa_num_heads": self.num_heads,
