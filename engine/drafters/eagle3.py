@@ -53,9 +53,9 @@ class Eagle3Drafter(EagleDrafter):
         own = state.tokens[-1]  # the target's token after the accepted path: could the head have drafted it?
         draft.meta["target_token_in_draft_vocab"] = 0 <= own < len(self._draft_id) and self._draft_id[own] >= 0
 
-    def features(self, target_out) -> torch.Tensor:
-        """[S, 3H]: the captured inputs of the three feature layers, concatenated (fc fuses them in the head)."""
-        return torch.cat(list(target_out.layer_features), dim=-1)[0]
+    def feature_parts(self, target_out) -> list[torch.Tensor]:
+        """[1, S, H] each: the captured inputs of the three feature layers (side by side, fc fuses them in the head)."""
+        return list(target_out.layer_features)
 
     def _drop_drafts(self, committed: int) -> None:
         self.cache.crop(committed)
