@@ -350,3 +350,18 @@ def test_probes_keep_their_pace_across_short_runs():
             probes += run_no > 0 and cap != 0
         budget.finish()
     assert 66 / (EXPLORE_EVERY + 2) / 2**MAX_BACKOFF <= probes <= 66 / (EXPLORE_EVERY - 2) + 1
+
+
+def test_a_probes_cost_counts_the_cold_plain_steps_after_it():
+    """After a drafted step the next PROBE_TAIL plain steps run cold (the target's one-token graph comes back into the
+    cache), so an idle probe costs its own step's excess and theirs: counting only the first plain step, the share
+    rule spaced probes for about half their cost."""
+    budget = CostAwareBudget()
+    since_draft = [99]
+
+    def seconds_of(depth: int) -> float:  # four cold plain steps after a drafted one, as measured off the suite
+        since_draft[0] = 0 if depth else since_draft[0] + 1
+        return 0.030 if depth else 0.010 + (0.004 if since_draft[0] <= 4 else 0.0)
+
+    run(budget, 600, lambda d: 0, seconds_of)  # nothing is accepted: plain steps stay best, probes now and then
+    assert budget.probe_costs and budget.probe_costs[-1] == pytest.approx(0.020 + 4 * 0.004)
