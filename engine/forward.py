@@ -24,6 +24,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -35,6 +36,7 @@ from engine.packed import pack_linears, warm_products
 from engine.static_cache import StaticKVCache, apply_moves
 
 Progress = Callable[[int, int, str], None]
+T = TypeVar("T")
 RECOMPILE_LIMIT = 32
 COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tokens
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
@@ -359,22 +361,37 @@ class CompileReport:
         return self.note
 
 
+def compile_timed(name: str, build: Callable[[], T], eager: str, undo: Callable[[], None] | None = None):
+    """(what `build()` compiled and warmed up, or None; its CompileReport): how every part gets compiled. Any failure
+    (no C compiler, an unsupported op or architecture, out of memory...) leaves the part eager, after `undo()`, and
+    the report says why in one line ending in `eager` ("running it eager")."""
+    t0 = time.perf_counter()
+    try:
+        built = build()
+    except Exception as exc:
+        if undo is not None:
+            undo()
+        note = f"torch.compile failed for {name} ({reason(exc)}): {eager}"
+        return None, CompileReport(name, False, time.perf_counter() - t0, note)
+    return built, CompileReport(name, True, time.perf_counter() - t0)
+
+
 def compile_model(model: torch.nn.Module, name: str = "the model", progress: Progress | None = None) -> CompileReport:
     """Compile `model`'s forward and warm it up on the shapes decoding uses (one new token; several), so that the
     first run does not pay for it. On any failure the model stays eager and the report says why in one line."""
+
+    def build() -> CompiledForward:
+        fwd = CompiledForward(model)
+        fwd.warm_up(1, name, progress)
+        return fwd
+
     with _LOCK:
         if model in _REGISTRY:
             return CompileReport(name, True, 0.0)
-        t0 = time.perf_counter()
-        try:
-            fwd = CompiledForward(model)
-            fwd.warm_up(1, name, progress)
-        except Exception as exc:  # no C compiler, an unsupported op or architecture, out of memory...
-            unwrap_attention(model)
-            note = f"torch.compile failed for {name} ({reason(exc)}): running it eager"
-            return CompileReport(name, False, time.perf_counter() - t0, note)
-        register(model, fwd)
-        return CompileReport(name, True, time.perf_counter() - t0)
+        fwd, report = compile_timed(name, build, "running it eager", lambda: unwrap_attention(model))
+        if fwd is not None:
+            register(model, fwd)
+        return report
 
 
 def register(model: torch.nn.Module, forward: CompiledForward) -> None:

@@ -10,13 +10,12 @@ batch sweep warms that one up before its timed cells).
 
 from __future__ import annotations
 
-import time
 import types
 
 import torch
 
 from engine.errors import reason
-from engine.forward import CompileReport, compile_function
+from engine.forward import CompileReport, compile_function, compile_timed
 from engine.heads.readout import candidates, readouts, top_candidates
 
 
@@ -75,15 +74,16 @@ def compile_readout(heads: torch.nn.Module, k: int, name: str = "the heads") -> 
     """Compile the read-out of `heads` for `k` candidates per head and warm it up for one row; every later
     `candidates(heads)` call over rows [rows, H] runs it. On any failure the heads read out eager and the report says
     why in one line."""
-    t0 = time.perf_counter()
-    try:
+
+    def build() -> CompiledReadout:
         compiled = CompiledReadout(heads)
         compiled.warm_up(k)
-    except Exception as exc:  # no C compiler, an unsupported op, out of memory...
-        note = f"torch.compile failed for {name} ({reason(exc)}): reading them out eager"
-        return CompileReport(name, False, time.perf_counter() - t0, note)
-    candidates(heads).__dict__["compiled"] = compiled
-    return CompileReport(name, True, time.perf_counter() - t0)
+        return compiled
+
+    compiled, report = compile_timed(name, build, "reading them out eager")
+    if compiled is not None:
+        candidates(heads).__dict__["compiled"] = compiled
+    return report
 
 
 def compiled_readout_of(heads: torch.nn.Module) -> CompiledReadout | None:

@@ -11,14 +11,13 @@ always feeds two or more). Cropped caches are made contiguous first: the graphs 
 
 from __future__ import annotations
 
-import time
 import types
 
 import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import WARM_ROWS, CompileReport, compile_function
+from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 from engine.packed import pack_linears, warm_products
 
@@ -125,15 +124,16 @@ def compiles_drafting(part) -> bool:
 def compile_head(head: torch.nn.Module, name: str = "the head") -> CompileReport:
     """Compile `head`'s drafting step and warm it up for one row; every later `draft_step(head)` call runs it.
     On any failure the head stays eager and the report says why in one line."""
-    t0 = time.perf_counter()
-    try:
+
+    def build() -> CompiledDraftStep:
         compiled = CompiledDraftStep(head)
         compiled.warm_up(1)
-    except Exception as exc:  # no C compiler, an unsupported op, out of memory...
-        note = f"torch.compile failed for {name} ({reason(exc)}): drafting with it eager"
-        return CompileReport(name, False, time.perf_counter() - t0, note)
-    draft_step(head).__dict__["compiled"] = compiled
-    return CompileReport(name, True, time.perf_counter() - t0)
+        return compiled
+
+    compiled, report = compile_timed(name, build, "drafting with it eager")
+    if compiled is not None:
+        draft_step(head).__dict__["compiled"] = compiled
+    return report
 
 
 def compiled_step_of(head: torch.nn.Module) -> CompiledDraftStep | None:
