@@ -376,19 +376,24 @@ def compile_timed(name: str, build: Callable[[], T], eager: str, undo: Callable[
     return built, CompileReport(name, True, time.perf_counter() - t0)
 
 
+def warmed(part: T, *args) -> T:
+    """`part` after `part.warm_up(*args)`: a compiled part is built and warmed up in one `compile_timed` build."""
+    part.warm_up(*args)
+    return part
+
+
 def compile_model(model: torch.nn.Module, name: str = "the model", progress: Progress | None = None) -> CompileReport:
     """Compile `model`'s forward and warm it up on the shapes decoding uses (one new token; several), so that the
     first run does not pay for it. On any failure the model stays eager and the report says why in one line."""
-
-    def build() -> CompiledForward:
-        fwd = CompiledForward(model)
-        fwd.warm_up(1, name, progress)
-        return fwd
-
     with _LOCK:
         if model in _REGISTRY:
             return CompileReport(name, True, 0.0)
-        fwd, report = compile_timed(name, build, "running it eager", lambda: unwrap_attention(model))
+        fwd, report = compile_timed(
+            name,
+            lambda: warmed(CompiledForward(model), 1, name, progress),
+            "running it eager",
+            lambda: unwrap_attention(model),
+        )
         if fwd is not None:
             register(model, fwd)
         return report

@@ -323,15 +323,17 @@ def test_a_head_that_fails_to_compile_drafts_eager_with_one_line(monkeypatch):
     )
 
 
+def _broken_graph(*args, **kwargs):
+    """A compiled graph whose recompile fails mid-run."""
+    raise RuntimeError("recompile failed")
+
+
 def test_a_head_graph_that_fails_mid_run_finishes_the_run_eager():
     target = tiny_model("llama", seed=0, sharpen=4.0)
     head = random_head(target)
     step = CompiledDraftStep(head)
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("recompile failed")
-
-    step.graph = broken
+    step.graph = _broken_graph
     draft_step(head).__dict__["compiled"] = step
     try:
         drafter = EagleDrafter(head, top_k=3, depth=3, total_tokens=8)
@@ -348,11 +350,8 @@ def test_a_medusa_read_out_that_fails_mid_run_finishes_the_run_eager():
     heads = random_heads(target)
     readout = CompiledReadout(heads)
 
-    def broken(*args, **kwargs):
-        raise RuntimeError("recompile failed")
-
     drafter = MedusaDrafter(heads, "cpu_16")
-    readout.graphs[(drafter.topk, False)] = broken
+    readout.graphs[(drafter.topk, False)] = _broken_graph
     candidates(heads).__dict__["compiled"] = readout
     try:
         res = Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1])

@@ -15,7 +15,7 @@ import types
 import torch
 
 from engine.errors import reason
-from engine.forward import CompileReport, compile_function, compile_timed
+from engine.forward import CompileReport, compile_function, compile_timed, warmed
 from engine.heads.readout import candidates, readouts, top_candidates
 
 
@@ -74,13 +74,7 @@ def compile_readout(heads: torch.nn.Module, k: int, name: str = "the heads") -> 
     """Compile the read-out of `heads` for `k` candidates per head and warm it up for one row; every later
     `candidates(heads)` call over rows [rows, H] runs it. On any failure the heads read out eager and the report says
     why in one line."""
-
-    def build() -> CompiledReadout:
-        compiled = CompiledReadout(heads)
-        compiled.warm_up(k)
-        return compiled
-
-    compiled, report = compile_timed(name, build, "reading them out eager")
+    compiled, report = compile_timed(name, lambda: warmed(CompiledReadout(heads), k), "reading them out eager")
     if compiled is not None:
         candidates(heads).__dict__["compiled"] = compiled
     return report

@@ -17,7 +17,7 @@ import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed
+from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, warmed
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 from engine.packed import pack_linears, warm_products
 
@@ -124,13 +124,7 @@ def compiles_drafting(part) -> bool:
 def compile_head(head: torch.nn.Module, name: str = "the head") -> CompileReport:
     """Compile `head`'s drafting step and warm it up for one row; every later `draft_step(head)` call runs it.
     On any failure the head stays eager and the report says why in one line."""
-
-    def build() -> CompiledDraftStep:
-        compiled = CompiledDraftStep(head)
-        compiled.warm_up(1)
-        return compiled
-
-    compiled, report = compile_timed(name, build, "drafting with it eager")
+    compiled, report = compile_timed(name, lambda: warmed(CompiledDraftStep(head), 1), "drafting with it eager")
     if compiled is not None:
         draft_step(head).__dict__["compiled"] = compiled
     return report
