@@ -14,6 +14,7 @@ import torch
 
 from engine.errors import GlanceError, reason
 from engine.gguf_once import one_reader_per_file
+from engine.system import native_bfloat16
 
 RESOURCES = Path(__file__).resolve().parent.parent / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
@@ -69,12 +70,16 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """auto: bfloat16 on CPU and CUDA (fast there), float16 on MPS. float32 is the one for exact comparisons."""
+    """auto: bfloat16 on CUDA and on a CPU with bfloat16 matrix instructions (about twice float32's speed there),
+    float32 on a CPU without (bfloat16 is emulated there and slower: engine/system.py), float16 on MPS. float32 is
+    the one for exact comparisons."""
     if dtype == "auto":
         if device.type == "mps":
             return torch.float16
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             return torch.float16
+        if device.type == "cpu" and not native_bfloat16():
+            return torch.float32
         return torch.bfloat16
     if dtype not in DTYPES:
         raise GlanceError(f"unknown dtype '{dtype}': use auto, float32, bfloat16 or float16")

@@ -23,21 +23,33 @@ def cpu_name() -> str:
 MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+def cpu_flags() -> list[str]:
+    """The CPU's feature flags as Linux lists them (x86 "flags", Arm "Features"); [] where /proc/cpuinfo is absent."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return []
+
+
+def native_bfloat16(flags: list[str] | None = None) -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (x86 AVX512-BF16 or AMX, Arm BF16). Without, every
+    bfloat16 product is converted to float32 and back around an AVX2 kernel: on a 2-core AMD EPYC (AVX2 only) plain
+    decoding of the bundled target ran 55.6 tok/s in bfloat16 against 80.4 in float32 (compiled, off-suite prompts),
+    where a Xeon with AMX ran bfloat16 about twice as fast as float32."""
+    flags = cpu_flags() if flags is None else flags
+    return any(f in flags for f in (*MATRIX_FLAGS, "bf16"))
+
+
 def cpu_features() -> str:
     """What a benchmark's header names beside the CPU: its bfloat16 matrix instructions and last-level cache, e.g.
     "avx512_bf16 amx_bf16, L3 480 MiB", from Linux's /proc and /sys; "" where those do not exist."""
     parts = []
-    try:
-        flags = next(
-            (line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("flags")),
-            [],
-        )  # fmt: skip
-        found = [f for f in MATRIX_FLAGS if f in flags]
-        if found:
-            parts.append(" ".join(found))
-    except OSError:
-        pass
+    found = [f for f in MATRIX_FLAGS if f in cpu_flags()]
+    if found:
+        parts.append(" ".join(found))
     try:
         size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()  # e.g. "491520K"
         if size.endswith("K") and size[:-1].isdigit():

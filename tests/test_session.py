@@ -31,3 +31,23 @@ def test_a_load_reports_each_model_and_part_before_it_starts(model_folders):
     Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["ar"],
                  progress=lambda *a: seen.append(a))  # fmt: skip
     assert seen == [(0, 1, "loading the target target")]  # a part no chosen method needs is not counted
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_in_hardware(monkeypatch):
+    """On a CPU without bfloat16 matrix instructions (AVX2 only) bfloat16 is emulated and runs slower than float32,
+    so auto picks float32 there; with AVX512-BF16, AMX or Arm's BF16 it picks bfloat16."""
+    import torch
+
+    from engine import models
+    from engine.system import native_bfloat16
+
+    assert native_bfloat16(["fpu", "avx2", "avx512f", "avx512_bf16"])
+    assert native_bfloat16(["fpu", "amx_bf16", "amx_tile"])
+    assert native_bfloat16(["fp", "asimd", "bf16"])  # Arm's Features line
+    assert not native_bfloat16(["fpu", "avx2", "fma", "avx512f"])
+    assert not native_bfloat16([])  # no /proc/cpuinfo (macOS): float32, which is never slower than emulation
+    cpu = torch.device("cpu")
+    for native, want in ((True, torch.bfloat16), (False, torch.float32)):
+        monkeypatch.setattr(models, "native_bfloat16", lambda: native)
+        assert models.resolve_dtype("auto", cpu) == want
+        assert models.resolve_dtype("bfloat16", cpu) == torch.bfloat16  # asked for by name: always what was asked
