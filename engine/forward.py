@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import threading
 import time
 import types
@@ -38,6 +39,7 @@ from engine.static_cache import StaticKVCache, apply_moves
 Progress = Callable[[int, int, str], None]
 T = TypeVar("T")
 RECOMPILE_LIMIT = 32
+TUNE_PRODUCTS = "GLANCE_TUNE_PRODUCTS"  # "0": compile without timing each matrix product (tune_products)
 COMPILE_STEPS = 2  # progress reports per compiled model: one token, several tokens
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
@@ -125,7 +127,11 @@ def tune_products() -> None:
     threads, off-suite prompts, two rounds in separate processes): plain decoding 194-203 -> 309-311 tok/s, the draft
     model's one-token forward 0.96 -> 0.70 ms; compiling the bundled models took 101 -> 215 s with an empty cache (70
     -> 87 s with inductor's cache warm). Global, as freezing is: read whenever a graph compiles. Its reports on
-    stderr stay off (every timing, a JSON line per product, a deprecation warning from its benchmarking)."""
+    stderr stay off (every timing, a JSON line per product, a deprecation warning from its benchmarking).
+    `GLANCE_TUNE_PRODUCTS=0` skips the timing: compiling is several times faster, every forward slower (the test
+    suite compiles dozens of tiny graphs whose speed nobody reads)."""
+    if os.environ.get(TUNE_PRODUCTS, "1") == "0":
+        return
     torch._inductor.config.max_autotune_gemm = True
     torch._inductor.config.max_autotune_gemm_backends = "CPP,ATEN"
     torch._inductor.config.autotune_num_choices_displayed = 0

@@ -48,6 +48,6 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_in_hardware(mon
     assert not native_bfloat16([])  # no /proc/cpuinfo (macOS): float32, which is never slower than emulation
     cpu = torch.device("cpu")
     for native, want in ((True, torch.bfloat16), (False, torch.float32)):
-        monkeypatch.setattr(models, "native_bfloat16", lambda: native)
+        monkeypatch.setattr(models, "native_bfloat16", lambda native=native: native)
         assert models.resolve_dtype("auto", cpu) == want
         assert models.resolve_dtype("bfloat16", cpu) == torch.bfloat16  # asked for by name: always what was asked
