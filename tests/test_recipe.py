@@ -47,3 +47,16 @@ def test_schedule_and_batches_are_deterministic():
     stream = torch.arange(10_000, dtype=torch.int32)
     assert torch.equal(sample_batch(stream, 7, cfg), sample_batch(stream, 7, cfg))
     assert sample_batch(stream, 7, cfg).shape == (4, 65)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it(monkeypatch, native):
+    # bfloat16 autocast's backward is emulated without hardware bfloat16: 257 s a step against 6.6 s in float32
+    from engine.train import precision
+
+    monkeypatch.setattr(precision, "native_bfloat16", lambda: native)
+    layer = torch.nn.Linear(8, 8)
+    with precision.training_autocast():
+        out = layer(torch.randn(2, 8))
+    assert out.dtype == (torch.bfloat16 if native else torch.float32)
+    assert precision.training_precision() == ("bf16 autocast" if native else "float32")

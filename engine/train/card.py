@@ -50,7 +50,8 @@ def render_card(training: dict, evaluation: dict) -> str:
         f"({cost['draft_over_target']:.2f} of a target step) |",
         "",
         f"Trained on {training['machine']['cores']} CPU cores ({cpu}), torch "
-        f"{training['machine']['torch']}, bf16 autocast, AdamW (lr {t['train']['lr']} cosine to "
+        f"{training['machine']['torch']}, {t['train'].get('precision', 'bf16 autocast')}, "
+        f"AdamW (lr {t['train']['lr']} cosine to "
         f"{t['train']['min_lr']}, weight decay {t['train']['weight_decay']}), seed {training['seed']}. "
         "Held-out loss: mean cross-entropy over the first 32 non-overlapping 512-token windows of the held-out "
         "stream, measured on the exported bfloat16 weights loaded in float32 (`engine/train/lm.py: heldout_loss`).",

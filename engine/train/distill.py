@@ -18,6 +18,7 @@ import torch
 from engine.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.errors import GlanceError
 from engine.train.heads import head_config, prepare, train_head
+from engine.train.precision import training_autocast
 
 
 def kept_layers(total: int, keep: int) -> list[int]:
@@ -122,7 +123,7 @@ def train_draft(
     shown = train_head(draft, opt, step_loss, train, cfg, out / "train_state.pt", "draft", clip=1.0)
     draft.eval()
     save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with training_autocast():
         agreement = heldout_agreement(draft, target, held)
     report = {
         "target": str(target_path),

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from engine.heads.eagle import EagleHead
 from engine.train.heads import head_config, prepare, train_head
+from engine.train.precision import training_autocast
 
 NOISE = 0.1  # half-width of the uniform noise added to input features
 CLS_WEIGHT = 0.1
@@ -94,7 +95,7 @@ def train_eagle(
     shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", clip=1.0)
     reg, cls = shown.get("reg", float("nan")), shown.get("cls", float("nan"))
     head.save(out)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with training_autocast():
         accuracy = depth_accuracy(head, target, held)
     report = {
         "target": str(target_path),

@@ -16,6 +16,7 @@ import torch
 from engine.features import layer_inputs
 from engine.heads.eagle3 import Eagle3Head
 from engine.train.heads import head_config, prepare, train_head
+from engine.train.precision import training_autocast
 from engine.tree import additive_mask
 
 STEP_DECAY = 0.8
@@ -136,7 +137,7 @@ def train_eagle3(
     t0 = time.time()
     shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle3", clip=1.0)
     head.save(out)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with training_autocast():
         accuracy = depth_accuracy(head, target, held, steps=ttt_steps)
     report = {
         "target": str(target_path),

@@ -1,5 +1,6 @@
 """The training loop Medusa and EAGLE heads share: frozen target, corpus windows, AdamW with warm-up and cosine
-decay, bf16 autocast, a progress bar and resumable checkpoints (tensors only, loaded with weights_only=True)."""
+decay, bf16 autocast where the CPU has it in hardware (engine.train.precision), a progress bar and resumable
+checkpoints (tensors only, loaded with weights_only=True)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ import torch
 from tqdm import tqdm
 
 from engine.train.lm import TrainConfig, lr_at, sample_batch
+from engine.train.precision import training_autocast
 
 
 def frozen_target(target_path: str):
-    """The target in bfloat16 on the CPU with gradients off, and its tokenizer."""
+    """The target on the CPU with gradients off, and its tokenizer: bfloat16 where the CPU multiplies it in hardware,
+    float32 elsewhere (the dtype rule of `engine.models.resolve_dtype`, so training sees what decoding will)."""
     from engine.models import load_model
 
-    loaded = load_model(target_path, device="cpu", dtype="bfloat16")
+    loaded = load_model(target_path, device="cpu", dtype="auto")
     for p in loaded.model.parameters():
         p.requires_grad_(False)
     return loaded
@@ -94,7 +97,7 @@ def train_head(
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         batch = sample_batch(stream, step, cfg)[:, :-1]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with training_autocast():
             loss, shown = step_loss(batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -15,6 +15,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from engine.train.precision import training_autocast, training_precision
+
 
 @dataclass
 class TrainConfig:
@@ -85,7 +87,8 @@ def train_lm(
     checkpoint: Path,
     desc: str = "train",
 ) -> dict:
-    """Train `model` in place (bf16 autocast on CPU), resuming from `checkpoint` when it exists. Returns statistics."""
+    """Train `model` in place (bf16 autocast where the CPU has bfloat16 instructions, `engine.train.precision`),
+    resuming from `checkpoint` when it exists. Returns statistics."""
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
@@ -118,7 +121,7 @@ def train_lm(
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         batch = sample_batch(stream, step, cfg)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with training_autocast():
             loss = lm_loss(step_fn, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -138,4 +141,5 @@ def train_lm(
         "final_train_loss_ema": ema if ema is not None else last,
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "train_seconds_total": round(earlier + time.time() - t0, 1),
+        "precision": training_precision(),
     }

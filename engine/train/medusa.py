@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from engine.heads.medusa import MedusaHeads
 from engine.train.heads import head_config, prepare, train_head
+from engine.train.precision import training_autocast
 
 
 @torch.no_grad()
@@ -91,7 +92,7 @@ def train_medusa(
     shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa")
     per_head = shown.get("per_head", [])
     heads.save(out)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with training_autocast():
         accuracy = head_accuracy(heads, target, held)
     report = {
         "target": str(target_path),
