@@ -5,6 +5,11 @@ class GlanceError(Exception):
     """Bad input or an unsupported model: the message names the problem and what to do."""
 
 
+class Cancelled(GlanceError):
+    """The user stopped a load or a compile: it passes through every fallback (a compile that is cancelled does not
+    turn into "running it eager")."""
+
+
 def reason(exc: BaseException, limit: int | None = None) -> str:
     """The first line of a library exception's message (its type's name when it has none), for a one-line error."""
     text = str(exc).strip()

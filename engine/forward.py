@@ -31,7 +31,7 @@ import torch
 
 from engine.attention_window import unwrap_attention, window, wrap_attention
 from engine.cache import cache_length, new_cache
-from engine.errors import reason
+from engine.errors import Cancelled, reason
 from engine.features import layer_inputs
 from engine.packed import pack_linears, warm_products
 from engine.static_cache import StaticKVCache, apply_moves
@@ -374,6 +374,10 @@ def compile_timed(name: str, build: Callable[[], T], eager: str, undo: Callable[
     t0 = time.perf_counter()
     try:
         built = build()
+    except Cancelled:
+        if undo is not None:
+            undo()
+        raise
     except Exception as exc:
         if undo is not None:
             undo()

@@ -15,7 +15,7 @@ from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
 from engine.drafters.medusa import MedusaDrafter
-from engine.errors import GlanceError
+from engine.errors import Cancelled, GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
 from engine.heads.compiled_readout import compile_readout, forget_compiled_readouts
@@ -91,7 +91,8 @@ class Session:
     ) -> Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
-        true stops the load between the target and its parts (GlanceError "loading cancelled"); `progress(done,
+        true stops the load between the target and its parts, and a compile between its warm-up shapes (Cancelled,
+        "loading cancelled"); `progress(done,
         total, what)` is told before each model or part starts loading. `compile`: compile the target's and the draft
         model's forwards (engine/forward.py) and the EAGLE heads' drafting steps (engine/heads/compiled_step.py),
         and warm them up now; one that fails to compile stays eager and its report says why."""
@@ -113,7 +114,7 @@ class Session:
         report(f"loading the target {Path(str(target or BUNDLED_TARGET)).name}")
         loaded = load_model(target or BUNDLED_TARGET, device=device, dtype=dtype, **access)
         if cancel is not None and cancel():
-            raise GlanceError("loading cancelled")
+            raise Cancelled("loading cancelled")
         parts_ = load_parts(loaded, methods, chosen, cancel=cancel, on_part=lambda k: report(f"loading {k}"), **access)
         session = cls(loaded, parts_)
         if compile:
@@ -127,20 +128,29 @@ class Session:
         forget_compiled()  # and the compiled forwards and drafting steps, which hold their models and heads
         forget_compiled_steps()
         forget_compiled_readouts()
+
+        def checked(done: int, of: int, what: str) -> None:
+            """Progress that also stops the compile between warm-up shapes (each one compiles a graph: up to a
+            minute on a 2-core AVX2 CPU), so closing the window does not wait for every model to compile."""
+            if cancel is not None and cancel():
+                raise Cancelled("loading cancelled")
+            if progress is not None:
+                progress(done, of, what)
+
         models = [("the target", self.target.model)]
         draft = self.parts.get("draft")
         if isinstance(draft, LoadedModel):
             models.append(("the draft model", draft.model))
         for name, model in models:
             if cancel is not None and cancel():
-                raise GlanceError("loading cancelled")
-            self.compiled.append(compile_model(model, name, progress))
+                raise Cancelled("loading cancelled")
+            self.compiled.append(compile_model(model, name, checked))
         for key, label in COMPILED_HEADS.items():  # EAGLE's drafting steps (head forward and read-out, one graph)
             head = self.parts.get(key)  # and Medusa's read-out (every head and the projection, one graph)
             if head is None or not (compiles_drafting(head) or isinstance(head, MedusaHeads)):
                 continue
             if cancel is not None and cancel():
-                raise GlanceError("loading cancelled")
+                raise Cancelled("loading cancelled")
             if isinstance(head, MedusaHeads):
                 if progress is not None:
                     progress(0, 1, f"compiling the {label} heads' read-out (once per session)")

@@ -10,7 +10,7 @@ import torch
 from engine.drafters.base import Drafter
 from engine.drafters.spec import BuildContext
 from engine.drafters.vanilla import DEFAULT_GAMMA
-from engine.errors import GlanceError
+from engine.errors import Cancelled, GlanceError
 from engine.models import LoadedModel
 from engine.registry import DRAFTERS, METHODS, knobs, parts, spec
 from engine.sampling import SamplingConfig
@@ -98,7 +98,7 @@ def load_parts(
         path = paths.get(part.key)
         if part.key in parts_needed(methods) and path:
             if cancel is not None and cancel():
-                raise GlanceError("loading cancelled")
+                raise Cancelled("loading cancelled")
             if on_part is not None:
                 on_part(part.key)
             out[part.key] = part.load(str(path), target, access)

@@ -51,3 +51,21 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_in_hardware(mon
         monkeypatch.setattr(models, "native_bfloat16", lambda native=native: native)
         assert models.resolve_dtype("auto", cpu) == want
         assert models.resolve_dtype("bfloat16", cpu) == torch.bfloat16  # asked for by name: always what was asked
+
+
+@pytest.mark.slow
+def test_a_compile_is_cancelled_between_its_warm_up_shapes(model_folders):
+    """Closing the window while compiling: the load stops after the graph being compiled, not after every model (a
+    whole compile took minutes on a 2-core AVX2 CPU), and the target is left eager, not half compiled."""
+    import engine.forward as forward
+    from engine.errors import Cancelled
+
+    seen = []
+    asked_after_first_shape = lambda: any("for one token" in what for what in seen)  # noqa: E731
+    with pytest.raises(Cancelled, match="loading cancelled"):
+        Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["ar", "vanilla"],
+                     compile=True, cancel=asked_after_first_shape,
+                     progress=lambda done, total, what: seen.append(what))  # fmt: skip
+    assert any("for one token" in what for what in seen)
+    assert not any("several tokens" in what or what.startswith("compiling the draft") for what in seen), seen
+    assert not forward._REGISTRY  # compile_models forgot earlier graphs; the cancelled target was never registered
