@@ -92,10 +92,10 @@ class Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
         true stops the load between the target and its parts, and a compile between its warm-up shapes (Cancelled,
-        "loading cancelled"); `progress(done,
-        total, what)` is told before each model or part starts loading. `compile`: compile the target's and the draft
-        model's forwards (engine/forward.py) and the EAGLE heads' drafting steps (engine/heads/compiled_step.py),
-        and warm them up now; one that fails to compile stays eager and its report says why."""
+        "loading cancelled"); `progress(done, total, what)` is told before each model or part starts loading.
+        `compile`: compile the target's and the draft model's forwards (engine/forward.py) and the EAGLE heads'
+        drafting steps (engine/heads/compiled_step.py), and warm them up now; one that fails to compile stays eager
+        and its report says why."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
@@ -149,16 +149,12 @@ class Session:
             head = self.parts.get(key)  # and Medusa's read-out (every head and the projection, one graph)
             if head is None or not (compiles_drafting(head) or isinstance(head, MedusaHeads)):
                 continue
-            if cancel is not None and cancel():
-                raise Cancelled("loading cancelled")
             if isinstance(head, MedusaHeads):
-                if progress is not None:
-                    progress(0, 1, f"compiling the {label} heads' read-out (once per session)")
+                checked(0, 1, f"compiling the {label} heads' read-out (once per session)")
                 k = MedusaDrafter(head).topk  # what the default tree reads per head
                 self.compiled.append(compile_readout(head, k, f"the {label} heads"))
                 continue
-            if progress is not None:
-                progress(0, 1, f"compiling the {label} head's drafting step (once per session)")
+            checked(0, 1, f"compiling the {label} head's drafting step (once per session)")
             self.compiled.append(compile_head(head, f"the {label} head"))
         return self.compiled
 

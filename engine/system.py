@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 
@@ -23,18 +25,20 @@ def cpu_name() -> str:
 MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_flags() -> list[str]:
-    """The CPU's feature flags as Linux lists them (x86 "flags", Arm "Features"); [] where /proc/cpuinfo is absent."""
+@cache
+def cpu_flags() -> tuple[str, ...]:
+    """The CPU's feature flags as Linux lists them (x86 "flags", Arm "Features"); () where /proc/cpuinfo is absent.
+    Read once per process: training asks for every step (engine/train/precision.py)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
-                return line.split(":", 1)[1].split()
+                return tuple(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return []
+    return ()
 
 
-def native_bfloat16(flags: list[str] | None = None) -> bool:
+def native_bfloat16(flags: Sequence[str] | None = None) -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware (x86 AVX512-BF16 or AMX, Arm BF16). Without, every
     bfloat16 product is converted to float32 and back around an AVX2 kernel: on a 2-core AMD EPYC (AVX2 only) plain
     decoding of the bundled target ran 55.6 tok/s in bfloat16 against 80.4 in float32 (compiled, off-suite prompts),
