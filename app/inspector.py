@@ -21,7 +21,11 @@ def budget_text(ev: StepEvent) -> str:
     cap = ev.extra["depth_cap"]
     if cap is None:
         return " (budget: uncapped)"
-    return " (budget: a plain step)" if cap == 0 else f" (budget: at most {cap} deep)"
+    if cap == 0:
+        return " (budget: a plain step)"
+    if ev.extra.get("narrow"):
+        return f" (budget: the tree's greedy spine, at most {cap} deep)"
+    return f" (budget: at most {cap} deep)"
 
 
 class StepInspector(QWidget):

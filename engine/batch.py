@@ -188,6 +188,8 @@ class BatchDecoder:
             left = [self.max_new_tokens - len(new[b]) - 1 for b in range(B)]
             cap = budget.choose(max(n for n, a in zip(left, active) if a))  # None: as deep as the drafters allow
             drafts = drafting.propose(states, [n if cap is None else min(n, cap) for n in left], active)
+            if budget.narrow:
+                drafts = [d.spine() for d in drafts]  # the greedy chain of every row's tree
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
@@ -241,8 +243,8 @@ class BatchDecoder:
             sync(self.device)
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
-            got = [len(step.accepted) for step in outcomes.values()]
-            budget.observe_rows(cap, [drafts[b] for b in outcomes], got, d_s, v_s)
+            paths = [step.accepted for step in outcomes.values()]
+            budget.observe_rows(cap, [drafts[b] for b in outcomes], [len(p) for p in paths], d_s, v_s, paths)
             draft_s += d_s
             verify_s += v_s
             clock = prefill_s + draft_s + verify_s

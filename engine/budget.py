@@ -20,6 +20,11 @@ from engine.tree import Draft, node_depths
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
 EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
 DEEP_EVERY = 4  # and every 4th probe while drafting drafts uncapped, so deep acceptance is relearned
+# ... except while a spine is best (Draft.spine) and whole trees rate below this share of it: off the suite Medusa's
+# whole tree cost 19 ms against 6.5 for its one-deep spine, for 2.0 tokens against 1.5, and one such probe every
+# 20 steps cost about 6% of the run. The tree's acceptance per depth is at least the spine's (it holds the spine),
+# so text that turns predictable lifts both estimates, and the trees get probed again once they come near.
+DEEP_FROM_SPINE = 0.8
 # Probes come 4 to 8 steps apart, not every 6th: code repeats in short periods, and a fixed interval that is a
 # multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
@@ -48,6 +53,9 @@ PROBE_COSTS = 5  # probes' costs remembered: the median spaces the next ones
 # switch). Counting only the first, the share rule spaced probes for half their cost, and the drafters' plain steps
 # spent 2% more time verifying than plain decoding's (2.94 against 2.88 ms a step), nearly all of it in switches.
 PROBE_TAIL = 4
+# A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
+# what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
+NARROW_GUESS = 0.1
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
@@ -93,6 +101,20 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
+def _spine(parents: list[int]) -> tuple[list[int], bool]:
+    """The nodes of a draft's greedy spine (the first child of the root, its first child, ...; Draft.spine) and
+    whether any node has two children, in one pass."""
+    spine, seen, branches = [], set(), False
+    for i, p in enumerate(parents):
+        if p in seen:
+            branches = True
+        else:
+            seen.add(p)
+        if p == (spine[-1] if spine else -1):
+            spine.append(i)
+    return spine, branches
+
+
 def _median(values: list[float]) -> float:
     """statistics.median of a short list, without its overhead."""
     ordered = sorted(values)
@@ -104,6 +126,7 @@ class FullBudget:
     """Every step drafts as much as the drafter's settings allow (the behaviour of the papers' loops)."""
 
     name = "full"
+    narrow = False  # whether the step `choose` last capped verifies only its draft's greedy spine (Draft.spine)
 
     def reset(self, memory: dict | None = None) -> None:
         """Start a run: forget the previous one, then read what `memory` (a `remembered` slot) kept, if anything."""
@@ -115,13 +138,28 @@ class FullBudget:
         """The depth cap for the next step; None: no cap. `left`: the most tokens any row may still emit."""
         return None
 
-    def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
-        """What the step that ran under `cap` drafted, how many of its tokens were accepted, and what it cost."""
+    def observe(
+        self,
+        cap: int | None,
+        draft: Draft,
+        accepted: int,
+        draft_s: float,
+        verify_s: float,
+        path: list[int] | None = None,
+    ) -> None:
+        """What the step that ran under `cap` drafted, how many of its tokens were accepted (`path`: which nodes, root
+        to leaf, where known), and what it cost."""
 
     def observe_rows(
-        self, cap: int | None, drafts: list[Draft], accepted: list[int], draft_s: float, verify_s: float
+        self,
+        cap: int | None,
+        drafts: list[Draft],
+        accepted: list[int],
+        draft_s: float,
+        verify_s: float,
+        paths: list[list[int]] | None = None,
     ) -> None:
-        """A batch step: every row's draft and accepted count, and what the whole step cost."""
+        """A batch step: every row's draft and accepted count (and nodes), and what the whole step cost."""
 
     def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         """Whether a greedy draft would have guessed each of a run of committed tokens nobody drafted
@@ -148,8 +186,15 @@ class CostAwareBudget(FullBudget):
     remembered_plain: list[float] = field(default_factory=list)  # the latest runs' (each its PLAIN_QUANTILE)
     plain_times: list[float] = field(default_factory=list)  # this run's steady plain steps, the latest PLAIN_KEEP
     drafted: bool = False  # whether a step of this run has drafted yet (the first is not timed)
+    # The greedy spine (Draft.spine) of drafters whose drafts branch: a narrow cap verifies only the chain of first
+    # children. Its acceptance per depth is counted on every drafted step (whether the accepted path followed the
+    # spine), its seconds on narrow steps only; wide stats count wide steps only (a spine says nothing of siblings).
+    branched: bool = False  # whether any draft of this run (or the last) branched: only then are narrow caps offered
+    spine_reached: list[float] = field(default_factory=list)
+    spine_accepted: list[float] = field(default_factory=list)
+    narrow_recent: dict[int, list[float]] = field(default_factory=dict)  # spine depth -> seconds of latest steps
     last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
-    hold: int | None = None  # a probe's cap, repeated once at the next step to time it out of a switch-in
+    hold: tuple[int | None, bool] | None = None  # a probe's (cap, narrow), repeated once to time it past a switch-in
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     probe_costs: list[float] = field(default_factory=list)  # seconds each latest idle probe cost (PROBE_SHARE)
@@ -172,6 +217,11 @@ class CostAwareBudget(FullBudget):
             self.reached = [r * scale for r in memory["reached"]]
             self.accepted = [a * scale for a in memory["accepted"]]
             self.max_depth = memory["max_depth"]
+            self.branched = memory.get("branched", False)
+            if "spine_reached" in memory:
+                self.spine_reached = [r * scale for r in memory["spine_reached"]]
+                self.spine_accepted = [a * scale for a in memory["spine_accepted"]]
+                self.narrow_recent = {d: list(v) for d, v in memory["narrow_recent"].items()}
             self.steps = WARMUP_STEPS
             # probes keep their pace across runs: a run that ended before its probe was due probes early in the next
             # (reset every run, runs of 32 tokens ended before the first probe, and plain steps were kept for good)
@@ -190,6 +240,10 @@ class CostAwareBudget(FullBudget):
                 reached=list(self.reached),
                 accepted=list(self.accepted),
                 max_depth=self.max_depth,
+                branched=self.branched,
+                spine_reached=list(self.spine_reached),
+                spine_accepted=list(self.spine_accepted),
+                narrow_recent={d: list(v) for d, v in self.narrow_recent.items()},
                 probes=self.probes,
                 idle_probes=self.idle_probes,
                 probe_costs=list(self.probe_costs),
@@ -197,17 +251,15 @@ class CostAwareBudget(FullBudget):
             )
 
     def choose(self, left: int | None = None) -> int | None:
+        self.narrow = False
         if self.steps < WARMUP_STEPS - 1 or self.max_depth == 0:
             return None
         if self.steps == WARMUP_STEPS - 1:
             return 0  # measure a plain step: the baseline every cap must beat
         if self.hold is not None:
-            cap, self.hold = self.hold, None
+            (cap, self.narrow), self.hold = self.hold, None
             return cap
-        caps = range(self.max_depth + 1)
-        seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
-        tokens = self._expected(self.max_depth)  # and every cap's expected tokens from one pass over the depths
-        best = max(caps, key=lambda cap: tokens[cap] / max(seconds[cap], 1e-9))
+        best, narrow, spine_first, wide_share = self._best()
         if best > 0:
             self.probe_open = None  # a probe from plain steps found that drafting pays: it cost nothing
         if best == 0 and left is not None and left < PROBE_HORIZON:
@@ -224,26 +276,50 @@ class CostAwareBudget(FullBudget):
             self.next_probe = self.steps + gap
             self.probes += 1
             # no uncapped probe while plain steps are best: a full tree there cost 3 plain steps off the suite (27 ms
-            # against 8.5) for 1-4 tokens, so probes climb one depth at a time until drafting pays
-            deep = self.probes % DEEP_EVERY == 0 and best > 0
+            # against 8.5) for 1-4 tokens, so probes climb one depth at a time until drafting pays; a narrow best
+            # climbs its spine, and every DEEP_EVERY-th probe drafts the whole tree (wide stats stay fresh)
+            deep = self.probes % DEEP_EVERY == 0 and best > 0 and (not narrow or wide_share > DEEP_FROM_SPINE)
             cap = None if deep or best >= self.max_depth else best + 1
-            self.hold = cap if self.last_depth == 0 else None  # from plain steps: probe twice, time the second
+            self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
+            self.hold = (cap, self.narrow) if self.last_depth == 0 else None  # from plain steps: time the second
             if best == 0 and self.last_depth == 0:
                 self.probe_open, self.probe_tail = 0.0, 0  # an idle probe: its cost counts until PROBE_TAIL
             return cap
+        self.narrow = narrow
         return best
+
+    def _best(self) -> tuple[int, bool, bool, float]:
+        """The best cap, whether it is narrow, whether a one-deep spine rates above a one-deep tree (what a probe
+        from plain steps drafts), and the best tree's rate as a share of the best cap's."""
+        caps = range(self.max_depth + 1)
+        seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
+        tokens = self._expected(self.max_depth, *self._tree_counts())  # and every cap's expected tokens
+        rates = [t / max(sec, 1e-9) for t, sec in zip(tokens, seconds)]
+        best = max(caps, key=rates.__getitem__)
+        if not self.branched:
+            return best, False, False, 1.0
+        spine_seconds = self._narrow_seconds(caps)
+        spine_tokens = self._expected(self.max_depth, self.spine_reached, self.spine_accepted)
+        spine_rates = [t / max(sec, 1e-9) for t, sec in zip(spine_tokens, spine_seconds)]
+        spine_best = max(caps[1:], key=spine_rates.__getitem__)
+        if spine_rates[spine_best] > rates[best]:
+            return spine_best, True, True, rates[best] / spine_rates[spine_best]
+        return best, False, spine_rates[1] > rates[1], 1.0
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep: the product of
         the conditional acceptance of every depth down to it."""
         return self._expected(min(cap, self.max_depth))[-1]
 
-    def _expected(self, deepest: int) -> list[float]:
+    def _expected(self, deepest: int, reached: list[float] | None = None, accepted: list[float] | None = None):
         """`expected_tokens` of every cap from 0 to `deepest` in one pass: `choose` runs every step, and a cap at a
-        time cost it a pass per cap (8 us a step at depth 7, where a plain step costs 2.7 ms)."""
+        time cost it a pass per cap (8 us a step at depth 7, where a plain step costs 2.7 ms). With `reached` and
+        `accepted`, another set of counts per depth (the spine's)."""
+        reached = self.reached if reached is None else reached
+        accepted = self.accepted if accepted is None else accepted
         totals, total, through = [1.0], 1.0, 1.0
         for k in range(deepest):
-            through *= (self.accepted[k] + 1) / (self.reached[k] + 2)  # Laplace: an unseen depth counts as 1/2
+            through *= (accepted[k] + 1) / (reached[k] + 2)  # Laplace: an unseen depth counts as 1/2
             total += through
             totals.append(total)
         return totals
@@ -277,11 +353,54 @@ class CostAwareBudget(FullBudget):
                 out.append(medians[i - 1] + (medians[i] - medians[i - 1]) * (cap - lo) / (hi - lo))
         return out
 
+    def _tree_counts(self) -> tuple[list[float], list[float]]:
+        """The tree's counts per depth, each depth's rate raised to the spine's where that is higher (a tree holds its
+        spine: while narrow steps run, the tree's own counts stand still and the spine's tell the text has changed)."""
+        if not self.branched:
+            return self.reached, self.accepted
+        reached, accepted = [], []
+        for r, a, sr, sa in zip(self.reached, self.accepted, self.spine_reached, self.spine_accepted):
+            if (sa + 1) * (r + 2) > (a + 1) * (sr + 2):
+                r, a = sr, sa
+            reached.append(r)
+            accepted.append(a)
+        return reached, accepted
+
+    def _narrow_seconds(self, caps) -> list[float]:
+        """Predicted seconds of a narrow step per spine depth: the median of its latest steps at each measured depth,
+        a plain step at depth 0, linear between; beyond the deepest measured, the last stretch's slope goes on (a
+        spine's extra token costs a verify row, never nothing), and with none measured each depth adds NARROW_GUESS of
+        a plain step (optimistic: the first narrow steps measure it)."""
+        plain = self.plain_floor if self.plain_floor < float("inf") else min(self.recent.get(0, [0.0]))
+        known = [0] + sorted(d for d in self.narrow_recent if d > 0)
+        medians = [plain] + [_median(self.narrow_recent[d]) for d in known[1:]]
+        if len(known) == 1:
+            slope = NARROW_GUESS * plain
+        else:
+            slope = max((medians[-1] - medians[-2]) / (known[-1] - known[-2]), NARROW_GUESS * plain / 2)
+        out = []
+        for cap in caps:
+            if cap >= known[-1]:
+                out.append(medians[-1] + slope * (cap - known[-1]))
+            else:
+                i = bisect.bisect_right(known, cap)  # known[i - 1] <= cap < known[i]
+                lo, hi = known[i - 1], known[i]
+                out.append(medians[i - 1] + (medians[i] - medians[i - 1]) * (cap - lo) / (hi - lo))
+        return out
+
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
 
-    def observe(self, cap: int | None, draft: Draft, accepted: int, draft_s: float, verify_s: float) -> None:
-        self.observe_rows(cap, [draft], [accepted], draft_s, verify_s)
+    def observe(
+        self,
+        cap: int | None,
+        draft: Draft,
+        accepted: int,
+        draft_s: float,
+        verify_s: float,
+        path: list[int] | None = None,
+    ) -> None:
+        self.observe_rows(cap, [draft], [accepted], draft_s, verify_s, None if path is None else [path])
 
     def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         """A chain drafted at each of these positions would have had its tokens accepted up to the first miss: counted
@@ -298,20 +417,36 @@ class CostAwareBudget(FullBudget):
                 self.accepted[k] += 1
 
     def observe_rows(
-        self, cap: int | None, drafts: list[Draft], accepted: list[int], draft_s: float, verify_s: float
+        self,
+        cap: int | None,
+        drafts: list[Draft],
+        accepted: list[int],
+        draft_s: float,
+        verify_s: float,
+        paths: list[list[int]] | None = None,
     ) -> None:
         """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
         row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
         self.steps += 1
         deepest = 0
-        for draft, got in zip(drafts, accepted):
+        for i, (draft, got) in enumerate(zip(drafts, accepted)):
             depth = max(node_depths(draft.parents), default=0)
             deepest = max(deepest, depth)
             if depth > self.max_depth:
                 grow = depth - self.max_depth
-                self.reached += [0.0] * grow
-                self.accepted += [0.0] * grow
+                for counts in (self.reached, self.accepted, self.spine_reached, self.spine_accepted):
+                    counts += [0.0] * grow
                 self.max_depth = depth
+            spine, branches = _spine(draft.parents)
+            self.branched = self.branched or branches
+            path = paths[i] if paths is not None else (list(range(got)) if not branches else None)
+            for k in range(len(spine) if path is not None else 0):  # did the accepted path follow the spine?
+                self.spine_reached[k] += 1
+                if k >= len(path) or path[k] != spine[k]:
+                    break
+                self.spine_accepted[k] += 1
+            if self.narrow:
+                continue  # a spine tells nothing of the tree's other branches
             # Conditional counts: depth k + 1 was tried only if the path got through depth k. (Counting every
             # draft that reached a depth made the product above multiply unconditional rates: with one in three
             # first tokens accepted and nearly every second one after it, depth 2 counted as 1/3 x 1/3, not 1/3 x 1,
@@ -342,7 +477,7 @@ class CostAwareBudget(FullBudget):
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         if switch_in:
             return  # its time is the switch's, not its depth's (see `hold`)
-        kept = self.recent.setdefault(deepest, [])
+        kept = (self.narrow_recent if self.narrow and deepest else self.recent).setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]
 

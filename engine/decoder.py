@@ -156,6 +156,8 @@ class Decoder:
             ts = time.perf_counter()
             cap = self.budget.choose(left - 1)  # None: as deep as the drafter's settings allow
             draft = drafter.propose(state, max_tokens=left - 1 if cap is None else min(left - 1, cap))
+            if self.budget.narrow:
+                draft = draft.spine()  # the budget chose the greedy chain: a tree's width costs more than it wins
             self.budget.hindsight(drafter.hindsight(), drafter.hindsight_depth)
             sync(self.device)
             tv = time.perf_counter()
@@ -181,7 +183,7 @@ class Decoder:
             sync(self.device)
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
-            self.budget.observe(cap, draft, len(step.accepted), d_s, v_s)
+            self.budget.observe(cap, draft, len(step.accepted), d_s, v_s, step.accepted)
             draft_s += d_s
             verify_s += v_s
             new.extend(emitted)
@@ -191,6 +193,7 @@ class Decoder:
             event = step_event(run_id, self.variant, steps, draft, step, d_s, v_s, clock, len(new), probs, top)
             if self.budget.name != "full":
                 event.extra["depth_cap"] = cap  # what the budget allowed this step (None: no cap)
+                event.extra["narrow"] = self.budget.narrow
             stats.add(event)
             yield event
 

@@ -76,6 +76,23 @@ class Draft:
     def is_chain(self) -> bool:
         return is_chain(self.parents)
 
+    def spine(self) -> Draft:
+        """The draft's greedy spine: the root's first child, that node's first child, and so on (every drafter lists
+        a node's children best first). A subset that keeps every node's ancestors, so verifying it is as exact as
+        verifying the whole tree; a chain is its own spine. Side branches stay (they verify independently)."""
+        keep, parent = [], -1
+        for i, p in enumerate(self.parents):
+            if p == parent:
+                keep.append(i)
+                parent = i
+        if len(keep) == len(self.tokens):
+            return self
+        q = self.q_probs[keep] if self.q_probs is not None else None  # [d, V]
+        return Draft(
+            [self.tokens[i] for i in keep], list(range(-1, len(keep) - 1)), q, self.meta, self.typical,
+            self.side_tokens, self.side_offsets, self.side_visible,
+        )  # fmt: skip
+
 
 def is_chain(parents: list[int]) -> bool:
     """True when node i's parent is node i - 1 (a chain; the empty draft is one too)."""

@@ -665,3 +665,16 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
     finally:
         uncompile(win.controller.session.target.model)
         uncompile(win.controller.session.parts["draft"].model)
+
+
+def test_the_inspector_names_a_narrow_cap():
+    """A step that verified only its tree's greedy spine says so; plain and deep caps read as before."""
+    from types import SimpleNamespace
+
+    from app.inspector import budget_text
+
+    assert "greedy spine, at most 2 deep" in budget_text(
+        SimpleNamespace(step=4, extra={"depth_cap": 2, "narrow": True})
+    )
+    assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 2, "narrow": False})) == " (budget: at most 2 deep)"
+    assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 0, "narrow": False})) == " (budget: a plain step)"

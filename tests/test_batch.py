@@ -4,7 +4,7 @@ different lengths, rows that advance by different amounts and rows that stop ear
 import pytest
 
 from engine.batch import BatchDecoder, BatchResult
-from engine.budget import WARMUP_STEPS, CostAwareBudget
+from engine.budget import WARMUP_STEPS, CostAwareBudget, FullBudget
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
@@ -153,6 +153,32 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
+
+
+class NarrowCaps(FullBudget):
+    """Every step verifies each row's greedy spine, two deep."""
+
+    name = "narrow"
+    narrow = True
+
+    def choose(self, left=None):
+        return 2
+
+
+@pytest.mark.parametrize("method", ["medusa", "eagle"])
+def test_narrow_steps_keep_every_row_lossless(setup, method):
+    """Each row's tree cut to its spine (Draft.spine) verifies as exactly as the tree."""
+    target, make, refs = setup
+    events, result = [], None
+    for item in BatchDecoder(target, make[method], max_new_tokens=NEW, budget=NarrowCaps()).stream(PROMPTS):
+        if isinstance(item, tuple):
+            events.append(item[1])
+        else:
+            result = item
+    for prompt, tokens in zip(PROMPTS, result.tokens):
+        assert tokens == refs[tuple(prompt)], (method, prompt)
+    drafted = [e for e in events if e.step and e.draft_tokens]
+    assert drafted and all(e.draft_parents == list(range(-1, len(e.draft_parents) - 1)) for e in drafted)
 
 
 class Recording(CostAwareBudget):

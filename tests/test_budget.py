@@ -365,3 +365,70 @@ def test_a_probes_cost_counts_the_cold_plain_steps_after_it():
 
     run(budget, 600, lambda d: 0, seconds_of)  # nothing is accepted: plain steps stay best, probes now and then
     assert budget.probe_costs and budget.probe_costs[-1] == pytest.approx(0.020 + 4 * 0.004)
+
+
+def tree(depth: int, width: int = 3) -> Draft:
+    """`width` children under the root and under every spine node, `depth` deep: the spine is nodes 0, width, ..."""
+    tokens, parents, spine = [], [], -1
+    for _ in range(depth):
+        first = len(tokens)
+        tokens += [0] * width
+        parents += [spine] * width
+        spine = first
+    return Draft(tokens, parents)
+
+
+def run_trees(budget: CostAwareBudget, steps: int, spine_hit, sibling_hit, seconds_of) -> list:
+    """Drive the budget with 4-deep trees of width 3 (their spine when `budget.narrow`): at each depth the spine node
+    is accepted when `spine_hit(step)`, else the second child when `sibling_hit(step)`; `seconds_of(nodes)`."""
+    shapes = []
+    for i in range(steps):
+        cap = budget.choose()
+        draft = tree(4 if cap is None else min(cap, 4))
+        if budget.narrow:
+            draft = draft.spine()
+        path, parent = [], -1
+        while True:
+            kids = draft.children(parent)
+            if kids and spine_hit(i):
+                parent = kids[0]
+            elif len(kids) > 1 and sibling_hit(i):
+                parent = kids[1]
+            else:
+                break
+            path.append(parent)
+            if parent != kids[0]:
+                break  # the tree grows under the spine only
+        budget.observe(cap, draft, len(path), 0.0, seconds_of(len(draft)), path)
+        shapes.append((cap, budget.narrow))
+    return shapes
+
+
+def test_where_a_trees_width_costs_more_than_it_wins_the_budget_verifies_its_spine():
+    """Off the suite on a CPU: every verified token costs, the first guess is right every other step and a second
+    guess rarely. A one-deep tree of width 3 verifies 4 tokens for 1.6 a step; its spine, 2 for 1.5."""
+    budget = CostAwareBudget()
+    shapes = run_trees(budget, 200, lambda i: i % 2 == 0, lambda i: i % 10 == 1, lambda n: 0.010 + 0.003 * n)
+    later = shapes[20:]
+    assert sum(narrow and cap >= 1 for cap, narrow in later) > 0.7 * len(later), later
+    assert budget.branched
+
+
+def test_where_the_width_pays_the_budget_keeps_the_tree():
+    """Verifying is nearly free and second guesses are often right: whole trees stay."""
+    budget = CostAwareBudget()
+    shapes = run_trees(budget, 200, lambda i: i % 2 == 0, lambda i: True, lambda n: 0.010 + 0.0001 * n)
+    later = shapes[20:]
+    assert sum(not narrow and cap != 0 for cap, narrow in later) > 0.7 * len(later), later
+
+
+def test_chains_are_never_narrowed():
+    """A chain is its own spine: a budget that never saw a branching draft offers no narrow caps."""
+    budget = CostAwareBudget()
+    narrow = []
+    for _ in range(80):
+        cap = budget.choose()
+        narrow.append(budget.narrow)
+        depth = 4 if cap is None else min(cap, 4)
+        budget.observe(cap, chain(depth), depth // 2, 0.0, 0.010 + 0.003 * depth, list(range(depth // 2)))
+    assert not any(narrow) and not budget.branched

@@ -114,8 +114,9 @@ def test_prompt_suite_is_heldout_and_varied():
 
 
 class RandomCaps(FullBudget):
-    """A depth cap drawn at random every step, 0 (a plain step) included: the hardest schedule for a drafter's
-    state, which must stay consistent whatever size its drafts are."""
+    """A depth cap drawn at random every step, 0 (a plain step) included, and half the drafted steps narrow (the
+    tree's greedy spine only): the hardest schedule for a drafter's state, which must stay consistent whatever size
+    and shape its drafts are."""
 
     name = "random"
 
@@ -123,7 +124,9 @@ class RandomCaps(FullBudget):
         self.rng = random.Random(0)
 
     def choose(self, left: int | None = None) -> int | None:
-        return self.rng.choice([None, 0, 0, 1, 2, 3])
+        cap = self.rng.choice([None, 0, 0, 1, 2, 3])
+        self.narrow = cap != 0 and self.rng.random() < 0.5
+        return cap
 
 
 @pytest.mark.slow
@@ -133,16 +136,19 @@ def test_draft_budgets_change_only_the_draft_size(bundled, method, budget):
     """Capped drafts, plain steps in between included, give plain greedy decoding's output token for token."""
     target, draft, tok = bundled
     drafter = DRAFTERS[method](target, draft)
-    caps = set()
+    caps, narrowed = set(), False
     for rec in load_prompt_suite(SUITE)[5::40][:2]:
         ids = tok(rec["prompt"])["input_ids"]
         ref = Decoder(target, max_new_tokens=40, eos_token_ids=tok.eos_token_id).generate(ids).tokens
         res = Decoder(target, drafter, max_new_tokens=40, eos_token_ids=tok.eos_token_id, budget=budget()).generate(ids)
         assert res.tokens == ref, rec["id"]
         caps |= {e.extra.get("depth_cap", "none") for e in res.events[1:]}
+        narrowed = narrowed or any(e.extra.get("narrow") for e in res.events[1:])
         if drafter.budgeted:
             assert res.summary.settings["draft_budget"] == budget.name
     if not drafter.budgeted:  # n-gram drafters opt out: their drafts are never capped
         assert caps == {"none"}
         return
     assert 0 in caps and (None in caps or budget is CostAwareBudget)  # plain steps ran, and uncapped ones
+    if budget is RandomCaps:
+        assert narrowed, method  # and narrow ones

@@ -67,3 +67,15 @@ def test_acceptance_by_depth():
     acc.add([], 0)  # plain decoding: nothing proposed
     assert acc.reached == [3, 2, 1, 1]
     assert acc.rates() == [2 / 3, 1 / 2, 1.0, 1.0]
+
+
+def test_a_drafts_spine_is_its_chain_of_first_children():
+    """Draft.spine keeps the root's first child, its first child, and so on (children are listed best first), with
+    their rows of q_probs: a subset that keeps every node's ancestors."""
+    tree = Draft([10, 11, 12, 13, 14, 15], [-1, -1, 0, 0, 1, 2], q_probs=torch.eye(6))
+    spine = tree.spine()
+    assert spine.tokens == [10, 12, 15] and spine.parents == [-1, 0, 1]
+    assert torch.equal(spine.q_probs, torch.eye(6)[[0, 2, 5]])
+    chain = Draft.chain([1, 2, 3])
+    assert chain.spine() is chain
+    assert Draft().spine().tokens == []
