@@ -134,7 +134,7 @@ class BatchDecoder:
             raise GlanceError("every prompt of a batch needs at least one token")
         B = len(prompts)
         drafters = [self.make_drafter() for _ in range(B)]
-        if self.budget.name != "full" and B > 1:  # cost-aware: lookahead's windows sized to the batch's forward cost
+        if self.budget.name != "full":  # cost-aware: lookahead's windows sized to the batch's forward cost
             for d in drafters:
                 d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
         budget = self.budget if drafters[0].budgeted else FullBudget()

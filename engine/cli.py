@@ -40,7 +40,12 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     )
     chat.add_argument("--no-chat", dest="chat", action="store_false", help="send the prompt as plain text")
     p.add_argument("--device", default="auto", help="auto|cpu|cuda|mps (default auto)")
-    p.add_argument("--dtype", default="auto", help="auto|float32|bfloat16|float16 (default auto: bfloat16)")
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto|float32|bfloat16|float16 (default auto: bfloat16 on CUDA and on a CPU with bfloat16 instructions, "
+        "float32 on other CPUs, float16 on MPS)",
+    )
     p.add_argument("--allow-download", action="store_true", help="let hub ids download (default: offline)")
     p.add_argument(
         "--compile",

@@ -21,6 +21,7 @@ from engine.drafters.base import DecodeState, Drafter
 from engine.errors import GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.forward import forward_for, greedy_ids
+from engine.forward_timing import measured_once
 from engine.sampling import SamplingConfig, logits_to_probs
 from engine.stats import RunStats
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
@@ -72,6 +73,7 @@ class Decoder:
         self.variant = variant or self.drafter.name
         self.details = details
         self.budget = budget if budget is not None and self.drafter.budgeted else FullBudget()
+        self.cost_aware = budget is not None and budget.name != "full"  # lookahead sizes its window (fit_batch)
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -116,6 +118,8 @@ class Decoder:
         run_id = uuid.uuid4().hex[:12]
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
+        if self.cost_aware:  # lookahead's window sized to this target's forward costs (no depth cap reaches it)
+            drafter.fit_batch(1, lambda widths: measured_once(self.target, 1, widths))
         drafter.reset()
         self.budget.reset(remembered(self.target, drafter, 1, self.sampling))
         self.check_fits(len(prompt_ids))
