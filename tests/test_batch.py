@@ -226,7 +226,7 @@ def test_lookahead_fits_its_window_to_the_measured_forward_costs():
     from engine.drafters.ngram_pool import expected_tau
 
     stages = LookaheadDrafter().shrunk()
-    assert stages[0] == (4, 5, 4) and stages[-1] == (1, 2, 1)
+    assert stages[0] == (4, 5, 4) and stages[-1] == (1, 3, 1)  # never N = 2: 1/2/1 lost to 1/3/1 everywhere
     assert stages[:4] == [(4, 5, 4), (4, 4, 4), (3, 4, 4), (3, 4, 3)]  # N first (to 4), then the larger of W and G
     widths = sorted({1 + (n - 1) * (w + g) for w, n, g in stages})
     assert expected_tau(3) < expected_tau(13) < expected_tau(33)
