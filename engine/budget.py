@@ -148,7 +148,8 @@ class FullBudget:
         path: list[int] | None = None,
     ) -> None:
         """What the step that ran under `cap` drafted, how many of its tokens were accepted (`path`: which nodes, root
-        to leaf, where known), and what it cost."""
+        to leaf, where known), and what it cost: a batch step of one row."""
+        self.observe_rows(cap, [draft], [accepted], draft_s, verify_s, None if path is None else [path])
 
     def observe_rows(
         self,
@@ -390,17 +391,6 @@ class CostAwareBudget(FullBudget):
 
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
-
-    def observe(
-        self,
-        cap: int | None,
-        draft: Draft,
-        accepted: int,
-        draft_s: float,
-        verify_s: float,
-        path: list[int] | None = None,
-    ) -> None:
-        self.observe_rows(cap, [draft], [accepted], draft_s, verify_s, None if path is None else [path])
 
     def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
         """A chain drafted at each of these positions would have had its tokens accepted up to the first miss: counted
