@@ -74,6 +74,7 @@ class Decoder:
         self.details = details
         self.budget = budget if budget is not None and self.drafter.budgeted else FullBudget()
         self.cost_aware = budget is not None and budget.name != "full"  # lookahead sizes its window (fit_batch)
+        self.budget_name = budget.name if self.cost_aware else self.budget.name  # what sized this run's drafts
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -226,7 +227,7 @@ class Decoder:
                 "top_p": self.sampling.top_p,
                 "seed": self.sampling.seed,
                 "max_new_tokens": self.max_new_tokens,
-                "draft_budget": self.budget.name,
+                "draft_budget": self.budget_name,
                 **drafter.settings(),
             },
         )

@@ -300,4 +300,5 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
         assert res.tokens == refs[tuple(PROMPTS[0])]
         assert (drafter.window, drafter.ngram, drafter.guesses) == shape
         assert res.summary.settings["window"] == shape[0]
+        assert res.summary.settings["draft_budget"] == ("auto" if budget else "full")  # what sized the window
     assert measured == [1]
