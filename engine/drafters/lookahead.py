@@ -151,7 +151,14 @@ class LookaheadDrafter(NgramDrafter):
 
 @dataclass
 class LookaheadOptions:
-    lookahead_window: int = knob(DEFAULT_WINDOW, "W: window width (Jacobi guesses per level)", lo=1, hi=32, label="W")
+    lookahead_window: int = knob(
+        DEFAULT_WINDOW,
+        "W: window width (Jacobi guesses per level); under the auto draft budget W/N/G are the most a run may use: "
+        "it shrinks them to what the measured forward pays for",
+        lo=1,
+        hi=32,
+        label="W",
+    )
     lookahead_ngram: int = knob(DEFAULT_NGRAM, "N: n-gram size (the window keeps N - 1 levels)", lo=2, hi=8, label="N")
     lookahead_guesses: int = knob(
         DEFAULT_GUESSES,
