@@ -15,7 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from engine.errors import GlanceError
-from engine.tree import Draft, node_depths
+from engine.tree import Draft, is_chain, node_depths, spine_nodes
 
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
 EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
@@ -99,20 +99,6 @@ def _quantile(values: list[float], q: float) -> float:
     """The value a fraction `q` of the way up the sorted list (no interpolation)."""
     ordered = sorted(values)
     return ordered[min(int(len(ordered) * q), len(ordered) - 1)]
-
-
-def _spine(parents: list[int]) -> tuple[list[int], bool]:
-    """The nodes of a draft's greedy spine (the first child of the root, its first child, ...; Draft.spine) and
-    whether any node has two children, in one pass."""
-    spine, seen, branches = [], set(), False
-    for i, p in enumerate(parents):
-        if p in seen:
-            branches = True
-        else:
-            seen.add(p)
-        if p == (spine[-1] if spine else -1):
-            spine.append(i)
-    return spine, branches
 
 
 def _median(values: list[float]) -> float:
@@ -427,7 +413,7 @@ class CostAwareBudget(FullBudget):
                 for counts in (self.reached, self.accepted, self.spine_reached, self.spine_accepted):
                     counts += [0.0] * grow
                 self.max_depth = depth
-            spine, branches = _spine(draft.parents)
+            spine, branches = spine_nodes(draft.parents), not is_chain(draft.parents)  # a path is a chain
             self.branched = self.branched or branches
             path = paths[i] if paths is not None else (list(range(got)) if not branches else None)
             for k in range(len(spine) if path is not None else 0):  # did the accepted path follow the spine?

@@ -80,11 +80,7 @@ class Draft:
         """The draft's greedy spine: the root's first child, that node's first child, and so on (every drafter lists
         a node's children best first). A subset that keeps every node's ancestors, so verifying it is as exact as
         verifying the whole tree; a chain is its own spine. Side branches stay (they verify independently)."""
-        keep, parent = [], -1
-        for i, p in enumerate(self.parents):
-            if p == parent:
-                keep.append(i)
-                parent = i
+        keep = spine_nodes(self.parents)
         if len(keep) == len(self.tokens):
             return self
         q = self.q_probs[keep] if self.q_probs is not None else None  # [d, V]
@@ -92,6 +88,16 @@ class Draft:
             [self.tokens[i] for i in keep], list(range(-1, len(keep) - 1)), q, self.meta, self.typical,
             self.side_tokens, self.side_offsets, self.side_visible,
         )  # fmt: skip
+
+
+def spine_nodes(parents: list[int]) -> list[int]:
+    """The nodes of the greedy spine (Draft.spine): the root's first child, its first child, and so on."""
+    keep, parent = [], -1
+    for i, p in enumerate(parents):
+        if p == parent:
+            keep.append(i)
+            parent = i
+    return keep
 
 
 def is_chain(parents: list[int]) -> bool:
