@@ -148,9 +148,10 @@ class FullBudget:
     ) -> None:
         """A batch step: every row's draft and accepted count (and nodes), and what the whole step cost."""
 
-    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
+    def hindsight(self, matches: list[bool], first: list[bool] | None = None, depth: int | None = None) -> None:
         """Whether a greedy draft would have guessed each of a run of committed tokens nobody drafted
-        (Drafter.hindsight); `depth`: how deep the drafter's guesses tell (None: a chain's, as deep as the run)."""
+        (Drafter.hindsight); `first`: whether a tree's first choice would have (None: a chain's, `matches`);
+        `depth`: how deep the drafter's guesses tell (None: a chain's, as deep as the run)."""
 
 
 @dataclass
@@ -378,19 +379,30 @@ class CostAwareBudget(FullBudget):
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
 
-    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
+    def hindsight(self, matches: list[bool], first: list[bool] | None = None, depth: int | None = None) -> None:
         """A chain drafted at each of these positions would have had its tokens accepted up to the first miss: counted
         like a drafted step's (depth k + 1 only where the path got through depth k), as deep as the deepest draft
         seen, the known positions and `depth` allow (EAGLE's catch-up tells depth 1 only: deeper guesses would have
         read its own predicted features). No seconds: no step ran. Where plain steps are best, the probes after
-        them learn one draft each; the draft's catch-up over the plain steps' tokens tells about every position."""
-        n, deepest = len(matches), min(self.max_depth, depth or self.max_depth)
+        them learn one draft each; the draft's catch-up over the plain steps' tokens tells about every position.
+        A tree's `first` counts for its greedy spine: without it the spine's rate stood still while plain steps ran,
+        and off the suite one prompt where EAGLE-3's first choices missed kept it at plain steps through the next
+        three, where its one-deep spine paid."""
+        deepest = min(self.max_depth, depth or self.max_depth)
+        self._count_runs(matches, deepest, self.reached, self.accepted)
+        if first is not None:
+            self._count_runs(first, deepest, self.spine_reached, self.spine_accepted)
+
+    @staticmethod
+    def _count_runs(matches: list[bool], deepest: int, reached: list[float], accepted: list[float]) -> None:
+        """Add, per depth, the chains from each position that got that far and those whose token there matched."""
+        n = len(matches)
         for j in range(n):
             for k in range(min(deepest, n - j)):
-                self.reached[k] += 1
+                reached[k] += 1
                 if not matches[j + k]:
                     break
-                self.accepted[k] += 1
+                accepted[k] += 1
 
     def observe_rows(
         self,

@@ -163,7 +163,7 @@ class Decoder:
             draft = drafter.propose(state, max_tokens=left - 1 if cap is None else min(left - 1, cap))
             if self.budget.narrow:
                 draft = draft.spine()  # the budget chose the greedy chain: a tree's width costs more than it wins
-            self.budget.hindsight(drafter.hindsight(), drafter.hindsight_depth)
+            self.budget.hindsight(*drafter.hindsight(), depth=drafter.hindsight_depth)
             sync(self.device)
             tv = time.perf_counter()
             past = cache_length(cache)

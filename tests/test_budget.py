@@ -13,7 +13,7 @@ from engine.budget import (
 )
 from engine.errors import GlanceError
 from engine.session import RaceSettings
-from engine.tree import Draft
+from engine.tree import Draft, spine_nodes
 
 
 def chain(depth: int) -> Draft:
@@ -432,3 +432,39 @@ def test_chains_are_never_narrowed():
         depth = 4 if cap is None else min(cap, 4)
         budget.observe(cap, chain(depth), depth // 2, 0.0, 0.010 + 0.003 * depth, list(range(depth // 2)))
     assert not any(narrow) and not budget.branched
+
+
+def test_hindsight_of_a_tree_counts_its_first_choices_for_the_spine():
+    """A tree's catch-up tells whether the target's token was among its depth-1 candidates (the tree's counts) and
+    whether it was the first one (the spine's); a chain's tells the first only, counted once."""
+    budget = CostAwareBudget()
+    budget.observe(None, tree(2), 0, 0.0, 0.010, [])  # a branching draft: its first guess missed
+    budget.hindsight([True, True, False], [True, False, False], depth=1)
+    assert budget.reached == [1 + 3, 0] and budget.accepted == [0 + 2, 0]
+    assert budget.spine_reached == [1 + 3, 0] and budget.spine_accepted == [0 + 1, 0]
+    budget.hindsight([True, True], None, depth=1)  # no first choices told: the spine's counts stand
+    assert budget.reached[0] == 6 and budget.spine_reached[0] == 4
+
+
+def test_plain_steps_hindsight_brings_the_spine_back_when_the_text_turns_predictable():
+    """The first 60 steps the first guess always misses (plain steps win); then it always hits. Where a one-deep
+    spine pays and a tree does not, the catch-up at the next probe must bring narrow steps back: counted as the
+    tree's only, the spine's rate kept the misses of the first stretch and plain steps stayed."""
+    budget = CostAwareBudget()
+    shapes, missed = [], []  # `missed`: whether each plain step's token would have been the first guess's miss
+    for i in range(220):
+        hit = i >= 60
+        cap = budget.choose()
+        draft = tree(4 if cap is None else min(cap, 4))
+        if budget.narrow:
+            draft = draft.spine()
+        if len(draft) and missed:
+            told = [not m for m in missed]
+            budget.hindsight(told, told, depth=1)  # the siblings never hit here: the tree's matches are the spine's
+            missed = []
+        path = spine_nodes(draft.parents) if hit else []
+        budget.observe(cap, draft, len(path), 0.0, 0.010 + 0.006 * len(draft), path)
+        if not len(draft):
+            missed.append(not hit)
+        shapes.append((cap, budget.narrow))
+    assert sum(narrow and cap == 1 for cap, narrow in shapes[180:]) > 30, shapes[60:]

@@ -194,7 +194,7 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
     from tests.test_lossless import Hindsight
 
     target, head = target_and_head
-    hits = []
+    hits, spine_hits = [], []
     for prompt in PROMPTS + [[5, 5, 5, 5]]:
         budget = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
         drafter = EagleDrafter(head, **mode)
@@ -208,10 +208,13 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
             ranks = list(range(drafter.top_k)) if drafter.dynamic else drafter.first_ranks
             cands = head.logits(out)[0].topk(max(ranks) + 1, dim=-1).indices[:, ranks].tolist()  # [L - 1, kids]
         assert len(budget.seen) >= 2  # the first drafted step fed the prompt without read-outs: no hindsight there
-        for new, matches in budget.seen:
+        for (new, matches), first in zip(budget.seen, budget.firsts):
             end = len(prompt) + new  # one past the pending token, the last one a caught-up pair predicted
             want = [seq[q] in cands[q - 2] for q in range(end - len(matches), end)]
             assert matches == want, (new, matches, want)
+            assert first == [seq[q] == cands[q - 2][0] for q in range(end - len(matches), end)]  # the spine's
+            spine_hits += first
             assert end - len(matches) >= len(prompt)  # generated tokens only
             hits += matches
     assert any(hits) and not all(hits)
+    assert any(spine_hits) and sum(spine_hits) < sum(hits)  # the first choice alone tells apart from the others

@@ -72,15 +72,16 @@ class Hindsight(FullBudget):
     name = "scripted"
 
     def __init__(self, caps: list[int]) -> None:
-        self.caps, self.length, self.seen = iter(caps), 0, []
+        self.caps, self.length, self.seen, self.firsts = iter(caps), 0, [], []
 
     def choose(self, left: int | None = None) -> int | None:
         self.length = NEW - 1 - left  # new tokens so far (the loop passes what is left after the pending one)
         return next(self.caps, 0)
 
-    def hindsight(self, matches: list[bool], depth: int | None = None) -> None:
+    def hindsight(self, matches: list[bool], first: list[bool] | None = None, depth: int | None = None) -> None:
         if matches:
             self.seen.append((self.length, matches))
+            self.firsts.append(first)
 
 
 def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup):
@@ -102,6 +103,7 @@ def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup)
         want = [guess[p - 1] == seq[p] for p in range(end - len(matches), end)]
         assert matches == want, (new, matches, want)
         assert end - len(matches) >= len(prompt)  # generated tokens only
+    assert budget.firsts == [None] * 3  # a chain: its guesses are its spine's
 
 
 def test_stops_at_eos():

@@ -215,9 +215,9 @@ def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
             self.steps += 1
             return 0 if self.steps <= 12 else None  # twelve plain steps, then full drafts
 
-        def hindsight(self, matches, depth=None):
+        def hindsight(self, matches, first=None, depth=None):
             if matches:
-                told.append((list(matches), depth))
+                told.append((list(matches), depth, first))
 
     target = tiny_model("llama", sharpen=4.0)
     heads = random_heads(target, scale=0.5)  # near copies of the LM head: right where the text repeats
@@ -235,3 +235,5 @@ def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
     expected = [tokens[i + 2] in top[i] for i in range(first, first + 11)]  # the twelfth's guess was not known yet
     assert told[0][0] == expected
     assert 0 < sum(expected) < len(expected)  # the test tells hits from misses
+    firsts = [tokens[i + 2] == top[i][0] for i in range(first, first + 11)]  # the greedy spine's: head 0's top 1
+    assert told[0][2] == firsts and sum(firsts) < sum(expected)  # fewer than the tree's: the ranks below tell apart

@@ -75,20 +75,23 @@ class Drafter:
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         """Called after verification; `state.tokens` already holds the accepted path and the bonus token."""
 
-    # what the latest `propose` caught up on (a drafter that learns it sets it there; `hindsight` takes it)
+    # what the latest `propose` caught up on (a drafter that learns it sets them there; `hindsight` takes them):
+    # whether the target's token was among the guesses at each position, and (a tree's) whether it was the first one
     matches: list[bool] = []
+    first_matches: list[bool] | None = None  # None: a chain's, the same as `matches`
     hindsight_depth: int | None = None
 
-    def hindsight(self) -> list[bool]:
+    def hindsight(self) -> tuple[list[bool], list[bool] | None]:
         """Whether the drafter's greedy guess matched the target's token at each committed position it caught up on
         during its latest `propose` (in order; [] when it learned nothing): acceptance a draft budget gets for free
         at steps nobody drafted (engine/budget.py), as deep as `hindsight_depth` (None: a chain's guesses, each
-        position's depth 1 and the next positions' deeper ones). Greedy decoding only. Taken once: the next call
-        returns [] unless another catch-up set `matches`."""
-        matches = self.matches
+        position's depth 1 and the next positions' deeper ones). A tree's drafter also says whether its first
+        choice matched (the greedy spine's, Draft.spine); a chain's gives None. Greedy decoding only. Taken once:
+        the next call returns [] unless another catch-up set `matches`."""
+        matches, first = self.matches, self.first_matches
         if matches:
-            self.matches = []
-        return matches
+            self.matches, self.first_matches = [], None
+        return matches, first
 
     def check_context(self, positions: int) -> None:
         """Raise GlanceError when a run of `positions` tokens is more than the drafter's own model can take."""

@@ -89,7 +89,7 @@ class EagleDrafter(Drafter):
         self._causal: np.ndarray | None = None  # [n, n] additive upper triangle (mask_storage), cut to size per step
 
     def reset(self) -> None:
-        self.cache, self.pending, self.matches = None, None, []
+        self.cache, self.pending, self.matches, self.first_matches = None, None, [], None
 
     def feature_parts(self, target_out) -> list[torch.Tensor]:
         """The tensors [1, S, H] of a target forward the head's features are made of: the last hidden state."""
@@ -196,7 +196,9 @@ class EagleDrafter(Drafter):
         )
         if m > 1 and state.sampling.greedy:  # the head's candidates after each caught-up pair: depth 1 of a tree there
             first = ids[:-1, : self.top_k] if self.dynamic else ids[:-1, self.first_ranks]  # [m - 1, children]
-            self.matches = [t in row for t, row in zip(toks[1:], first.tolist())]
+            rows = first.tolist()
+            self.matches = [t in row for t, row in zip(toks[1:], rows)]
+            self.first_matches = [t == row[0] for t, row in zip(toks[1:], rows)]
         committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
         root_feat = out[-1]  # predicted feature after the pending token
         tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))

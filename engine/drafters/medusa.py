@@ -143,7 +143,7 @@ class MedusaDrafter(Drafter):
             readout.warm_up(self.topk)  # a tree reading another k than the one compiled at load: now, not mid-run
 
     def reset(self) -> None:
-        self.hidden, self.unchecked, self.matches = None, [], []
+        self.hidden, self.unchecked, self.matches, self.first_matches = None, [], [], None
 
     def begin(self, state: DecodeState) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, -1]
@@ -183,6 +183,7 @@ class MedusaDrafter(Drafter):
         guesses = top[:, self.first_ranks].tolist()
         start = self.unchecked_from + 1  # the token head 0 guesses from the first plain step's hidden state
         self.matches = [tokens[start + j] in row for j, row in enumerate(guesses)]
+        self.first_matches = [tokens[start + j] == row[0] for j, row in enumerate(guesses)]
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
