@@ -56,6 +56,10 @@ PROBE_TAIL = 4
 # A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
 # what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
 NARROW_GUESS = 0.1
+# Acceptance counts fade by this per sample (a row's step, a position told in hindsight): about the latest 33 weigh.
+# Counted for good, a run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all
+# through a prompt where they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before.
+FADE = 0.97
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
@@ -75,6 +79,13 @@ PLAIN_RUNS = 4
 PLAIN_QUANTILE = 0.2  # about the fastest of five (what a run of plain steps measured before)
 PLAIN_KEEP = 64
 PLAIN_MIN = 5  # this run's plain steps before their quantile counts
+# Where no run has measured a steady plain step (a drafter's first run, plain decoding not run yet), the warm-up's
+# plain step runs on until this many steady ones are timed. A budget that then drafted every step never timed one,
+# and priced a plain step at the warm-up's, which runs cold: Medusa alone off the suite took 5.3-5.9 ms for it where
+# steady plain steps take 4.3, and verified one-deep spines at 0.78x of plain decoding on a prompt where they got
+# 1.45 tokens a step. Two steady steps were not enough (5.6 and 5.2 ms after the warm-up's two full trees): plain
+# steps after drafted ones settle over four to six steps (PROBE_TAIL).
+PLAIN_BLOCK = 6
 # A drafted step right after a plain one is not timed, and a probe from plain steps drafts a second step at its cap
 # when the first accepted anything (`hold`): the switch-in step catches the drafter up on every token since it last
 # drafted, while the target's weights are still coming back into the cache it pushed them out of. Off the suite
@@ -190,11 +201,12 @@ class CostAwareBudget(FullBudget):
     probe_tail: int = 0  # plain steps since the idle probe under way drafted
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
     rng: random.Random = field(default_factory=lambda: random.Random(0))  # seeded: a run's caps are reproducible
+    fade: float = FADE  # kept across `reset`
 
     memory: dict | None = field(default=None, repr=False)  # the `remembered` slot of this run
 
     def reset(self, memory: dict | None = None) -> None:
-        self.__init__()
+        self.__init__(fade=self.fade)
         self.memory = memory
         if memory and memory.get("plain"):
             self.remembered_plain = list(memory["plain"])
@@ -244,6 +256,8 @@ class CostAwareBudget(FullBudget):
             return None
         if self.steps == WARMUP_STEPS - 1:
             return 0  # measure a plain step: the baseline every cap must beat
+        if self.steps >= WARMUP_STEPS - 1 and not self.remembered_plain and len(self.plain_times) < PLAIN_BLOCK:
+            return 0  # ... and where no run measured one, steady plain steps (see PLAIN_BLOCK)
         if self.hold is not None:
             (cap, self.narrow), self.hold = self.hold, None
             return cap
@@ -389,9 +403,18 @@ class CostAwareBudget(FullBudget):
         and off the suite one prompt where EAGLE-3's first choices missed kept it at plain steps through the next
         three, where its one-deep spine paid."""
         deepest = min(self.max_depth, depth or self.max_depth)
+        self._forget(len(matches))
         self._count_runs(matches, deepest, self.reached, self.accepted)
         if first is not None:
             self._count_runs(first, deepest, self.spine_reached, self.spine_accepted)
+
+    def _forget(self, samples: int) -> None:
+        """Fade every acceptance count by `fade` per new sample (a row's step, a position told in hindsight)."""
+        if samples and self.fade < 1.0:
+            keep = self.fade**samples
+            for counts in (self.reached, self.accepted, self.spine_reached, self.spine_accepted):
+                for k in range(len(counts)):
+                    counts[k] *= keep
 
     @staticmethod
     def _count_runs(matches: list[bool], deepest: int, reached: list[float], accepted: list[float]) -> None:
@@ -416,6 +439,7 @@ class CostAwareBudget(FullBudget):
         """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
         row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
         self.steps += 1
+        self._forget(len(drafts))
         deepest = 0
         for i, (draft, got) in enumerate(zip(drafts, accepted)):
             depth = max(node_depths(draft.parents), default=0)
