@@ -218,3 +218,54 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
             hits += matches
     assert any(hits) and not all(hits)
     assert any(spine_hits) and sum(spine_hits) < sum(hits)  # the first choice alone tells apart from the others
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_positions(target_and_head, dynamic):
+    """With a prompt longer than `head_context`, the head's cache takes the latest pairs only, at the positions they
+    have in the text: every draft's depth-1 candidates are the head's over that window, teacher-forced with those
+    positions (shifted ones would move every later pair's rotary offset against the cached ones), and decoding
+    stays lossless, one row or a batch."""
+    from engine.batch import BatchDecoder
+    from engine.budget import FullBudget
+
+    class Drafts(FullBudget):
+        def __init__(self):
+            self.seen = []  # (committed length when drafted, the draft)
+
+        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None):
+            self.seen.append(drafts[0])
+            self.accepted = getattr(self, "accepted", []) + [accepted[0]]
+
+    target, head = target_and_head
+    prompt = [(7 * i + 3) % 50 + 4 for i in range(30)]  # 30 tokens: with the first new one, 30 pairs, 29 prefilled
+    want = reference(target, prompt)
+    drafter = EagleDrafter(head, dynamic=dynamic)
+    drafter.head_context = 8
+    budget = Drafts()
+    res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
+    assert res.tokens == want
+    skipped = len(prompt) - 1 - 8
+    assert drafter.skipped == skipped
+    seq = prompt + res.tokens
+    with torch.no_grad():
+        feats = target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1]  # [1, L, H]
+        window = torch.arange(skipped, len(seq) - 1)[None]
+        out = head(torch.tensor([seq[skipped + 1 :]]), feats[:, skipped:-1], window)  # pairs (x_i+1, f_i), i >= skipped
+        ranks = list(range(drafter.top_k)) if dynamic else drafter.first_ranks
+        cands = head.logits(out)[0].topk(max(ranks) + 1, dim=-1).indices[:, ranks].tolist()  # [pairs, kids]
+    committed, checked = len(prompt) + 1, 0  # tokens known at the first draft: the prompt and the prefill's token
+    for draft, got in zip(budget.seen, budget.accepted):
+        root = [draft.tokens[i] for i in draft.children(-1)]
+        assert set(root) <= set(cands[committed - 2 - skipped]), committed  # the root pair: the last token, f before
+        checked += bool(root)
+        committed += got + 1
+    assert checked >= 3
+    rows = BatchDecoder(target, lambda: _windowed(head, dynamic), max_new_tokens=NEW).generate([prompt, PROMPTS[0]])
+    assert rows.tokens == [want, reference(target, PROMPTS[0])]
+
+
+def _windowed(head, dynamic):
+    drafter = EagleDrafter(head, dynamic=dynamic)
+    drafter.head_context = 8
+    return drafter

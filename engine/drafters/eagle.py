@@ -42,6 +42,11 @@ EAGLE_25 = [
 DEFAULT_TOP_K = 4
 DEFAULT_DEPTH = 4
 DEFAULT_TOTAL = 17
+# A run's first draft feeds the head the prompt's pairs: the latest HEAD_CONTEXT of them only. The target's features
+# already carry the context; the head's own attention over every pair of a 150-token prompt made a probe from plain
+# steps cost 16-17 ms of drafting where a drafted step costs 1.6 (EAGLE-2 off the suite on the AVX2 EPYC), and a
+# draft budget that keeps plain steps pays one such probe nearly every run.
+HEAD_CONTEXT = 64
 
 
 def tree_shape(depth: int, total_tokens: int) -> tuple[int, int]:
@@ -60,6 +65,7 @@ class EagleDrafter(Drafter):
     name = "eagle"
     needs_hidden_states = True
     hindsight_depth = 1  # a catch-up reads the target's features: its guesses are depth 1's only
+    head_context = HEAD_CONTEXT  # the prompt's pairs a run's first draft feeds the head
 
     def __init__(
         self,
@@ -78,6 +84,7 @@ class EagleDrafter(Drafter):
         self.levels, self.total = tree_shape(depth, total_tokens)  # what the loop below builds and verifies
         self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
         self.cache = None
+        self.skipped = 0  # the prompt's pairs left out of the head's cache (HEAD_CONTEXT): positions count them
         # committed pairs not yet in the head cache: tokens, and per step the tensors their features come from with
         # the rows to read (a plain step appends one; gathered when drafting takes them, not on every step that waits)
         self.pending: tuple[list[int], list[tuple[list[torch.Tensor], list[int] | None]]] | None = None
@@ -90,6 +97,7 @@ class EagleDrafter(Drafter):
 
     def reset(self) -> None:
         self.cache, self.pending, self.matches, self.first_matches = None, None, [], None
+        self.skipped = 0  # the prompt's pairs left out of the head's cache (HEAD_CONTEXT): positions count them
 
     def feature_parts(self, target_out) -> list[torch.Tensor]:
         """The tensors [1, S, H] of a target forward the head's features are made of: the last hidden state."""
@@ -101,7 +109,7 @@ class EagleDrafter(Drafter):
         return parts[0][0] if len(parts) == 1 else torch.cat(parts, dim=-1)[0]
 
     def begin(self, state: DecodeState) -> None:
-        self.cache = self.head.new_cache()
+        self.cache, self.skipped = self.head.new_cache(), 0
         # every prompt position's features, pairs (x_{i+1}, f_i)
         self.pending = (state.tokens[1:], [(self.feature_parts(state.target_out), None)])
 
@@ -170,10 +178,14 @@ class EagleDrafter(Drafter):
     def _prefill(self, tokens: list[int], feats: torch.Tensor) -> None:
         """The head forward over a causal run of pairs into its empty cache, without the read-out: a top-k over the
         vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the first
-        draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). feats: [m, F]."""
+        draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Only the latest HEAD_CONTEXT
+        pairs go in (`skipped` counts the others: positions stay the text's). feats: [m, F]."""
+        self.skipped = max(0, len(tokens) - self.head_context)
+        tokens, feats = tokens[self.skipped :], feats[self.skipped :]
         m, dev = len(tokens), feats.device
         mask = self._mask(0, None, m, feats.dtype, dev)  # a causal run over an empty cache (None for one pair)
-        self.head(torch.tensor([tokens], device=dev), feats[None], torch.arange(m, device=dev)[None], self.cache, mask)
+        positions = torch.arange(self.skipped, self.skipped + m, device=dev)[None]
+        self.head(torch.tensor([tokens], device=dev), feats[None], positions, self.cache, mask)
 
     @staticmethod
     def top_lists(values: torch.Tensor, ids: torch.Tensor) -> list[tuple[list, list]]:
@@ -190,9 +202,10 @@ class EagleDrafter(Drafter):
         m = len(toks)
         if base == 0 and m > 1:  # the prompt's pairs: into the head's cache with no read-out but the last one's
             self._prefill(toks[:-1], feats[:-1].to(dtype))
-            base, toks, feats, m = m - 1, toks[-1:], feats[-1:], 1
+            base, toks, feats, m = cache_length(self.cache), toks[-1:], feats[-1:], 1
+        at = base + self.skipped  # the text position of the first pair fed
         out, values, ids = self._feed(
-            toks, feats.to(dtype), list(range(base, base + m)), self._mask(base, None, m, dtype, feats.device)
+            toks, feats.to(dtype), list(range(at, at + m)), self._mask(base, None, m, dtype, feats.device)
         )
         if m > 1 and state.sampling.greedy:  # the head's candidates after each caught-up pair: depth 1 of a tree there
             first = ids[:-1, : self.top_k] if self.dynamic else ids[:-1, self.first_ranks]  # [m - 1, children]
@@ -207,7 +220,7 @@ class EagleDrafter(Drafter):
         while (step := tree.next_inputs()) is not None:
             tokens, in_feats, ancestors = step
             mask = self._mask(committed, ancestors, tree.fed, dtype, root_feat.device)
-            positions = [committed - 1 + tree.depth - 1] * len(tokens)
+            positions = [committed + self.skipped - 1 + tree.depth - 1] * len(tokens)
             outs, values, ids = self._feed(tokens, in_feats, positions, mask)  # one head and read-out call per depth
             tree.absorb(outs, self.top_lists(values, ids))
         self._drop_drafts(committed)

@@ -89,7 +89,8 @@ class BatchedTrees:
         for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
             toks, f = rows[b].take_pending()
             if not self.cols[b] and len(toks) > 1:  # a prompt's pairs: no read-out but the last one's (as one row)
-                prompts[b] = (toks[:-1], f[:-1])
+                skip = rows[b].skipped = max(0, len(toks) - 1 - rows[b].head_context)  # the latest go in
+                prompts[b] = (toks[skip:-1], f[skip:-1])
                 toks, f = toks[-1:], f[-1:]
             pending[b] = (toks, f)
         for part, readout in ((prompts, False), (pending, True)):
@@ -100,7 +101,7 @@ class BatchedTrees:
                 b: (
                     toks,
                     f,
-                    list(range(len(self.cols[b]), len(self.cols[b]) + len(toks))),
+                    list(range(len(self.cols[b]) + rows[b].skipped, len(self.cols[b]) + rows[b].skipped + len(toks))),
                     self.cols[b],
                     [[width + j for j in range(i)] for i in range(len(toks))],
                 )
@@ -126,7 +127,8 @@ class BatchedTrees:
                     continue
                 tokens, f, ancestors = step
                 seen = [[slots[b][s] for s in anc] for anc in ancestors]  # besides the committed pairs
-                feeds[b] = (tokens, f, [committed[b] - 1 + trees[b].depth - 1] * len(tokens), self.cols[b], seen)
+                position = committed[b] + rows[b].skipped - 1 + trees[b].depth - 1  # the text's (HEAD_CONTEXT)
+                feeds[b] = (tokens, f, [position] * len(tokens), self.cols[b], seen)
             if not feeds:
                 break
             outs = self._forward(feeds)
