@@ -60,6 +60,10 @@ NARROW_GUESS = 0.1
 # Counted for good, a run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all
 # through a prompt where they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before.
 FADE = 0.97
+# While plain steps are best, the caps are re-rated every QUIET steps only (and at every probe): between probes only
+# the plain step's cost moves (acceptance comes with drafts and a probe's hindsight), and re-rating every cap every
+# step cost 15 us of the 50 a drafter's bookkeeping added to a 4.3 ms plain step (1% of a run that never drafted).
+QUIET = 8
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
 # step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
@@ -192,6 +196,7 @@ class CostAwareBudget(FullBudget):
     spine_reached: list[float] = field(default_factory=list)
     spine_accepted: list[float] = field(default_factory=list)
     narrow_recent: dict[int, list[float]] = field(default_factory=dict)  # spine depth -> seconds of latest steps
+    quiet_until: int = 0  # plain steps without re-rating until this step (QUIET)
     last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
     hold: tuple[int | None, bool] | None = None  # a probe's (cap, narrow), repeated once to time it past a switch-in
     probes: int = 0
@@ -261,7 +266,10 @@ class CostAwareBudget(FullBudget):
         if self.hold is not None:
             (cap, self.narrow), self.hold = self.hold, None
             return cap
+        if self.steps < self.quiet_until and self.steps < self.next_probe:
+            return 0  # plain steps were best and nothing has been learned since (see QUIET)
         best, narrow, spine_first, wide_share = self._best()
+        self.quiet_until = self.steps + QUIET if best == 0 else 0
         if best > 0:
             self.probe_open = None  # a probe from plain steps found that drafting pays: it cost nothing
         if best == 0 and left is not None and left < PROBE_HORIZON:
@@ -439,7 +447,7 @@ class CostAwareBudget(FullBudget):
         """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
         row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
         self.steps += 1
-        self._forget(len(drafts))
+        self._forget(sum(1 for draft in drafts if len(draft)))  # a plain step's tokens come as hindsight, if at all
         deepest = 0
         for i, (draft, got) in enumerate(zip(drafts, accepted)):
             depth = max(node_depths(draft.parents), default=0)
