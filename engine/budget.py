@@ -56,13 +56,15 @@ PROBE_TAIL = 4
 # A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
 # what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
 NARROW_GUESS = 0.1
-# Acceptance counts fade by this per sample (a row's step, a position told in hindsight): about the latest 33 weigh.
-# Counted for good, a run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all
-# through a prompt where they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before.
+# Acceptance counts fade by this every step, drafted or plain: about the latest 33 steps weigh. Counted for good, a
+# run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all through a prompt where
+# they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before. Faded per drafted row
+# only, a stretch of plain steps kept the counts that had made plain steps best, and on the suite EAGLE-2 and EAGLE-3
+# decoded plain (0.99x, tau 1.00-1.08) where faded every step they drafted (1.03-1.04x, tau 1.22-1.33).
 FADE = 0.97
 # While plain steps are best, the caps are re-rated every QUIET steps only (and at every probe): between probes only
-# the plain step's cost moves (acceptance comes with drafts and a probe's hindsight), and re-rating every cap every
-# step cost 15 us of the 50 a drafter's bookkeeping added to a 4.3 ms plain step (1% of a run that never drafted).
+# the plain step's cost and the fading move, and re-rating every cap every step cost 15 us of the 50 a drafter's
+# bookkeeping added to a 4.3 ms plain step (1% of a run that never drafted).
 QUIET = 8
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
@@ -411,15 +413,15 @@ class CostAwareBudget(FullBudget):
         and off the suite one prompt where EAGLE-3's first choices missed kept it at plain steps through the next
         three, where its one-deep spine paid."""
         deepest = min(self.max_depth, depth or self.max_depth)
-        self._forget(len(matches))
         self._count_runs(matches, deepest, self.reached, self.accepted)
         if first is not None:
             self._count_runs(first, deepest, self.spine_reached, self.spine_accepted)
 
-    def _forget(self, samples: int) -> None:
-        """Fade every acceptance count by `fade` per new sample (a row's step, a position told in hindsight)."""
-        if samples and self.fade < 1.0:
-            keep = self.fade**samples
+    def _forget(self) -> None:
+        """Fade every acceptance count by `fade`: once a step, drafted or not (the text moves on either way; a plain
+        step's own tokens come later as hindsight, counted afresh)."""
+        if self.fade < 1.0:
+            keep = self.fade
             for counts in (self.reached, self.accepted, self.spine_reached, self.spine_accepted):
                 for k in range(len(counts)):
                     counts[k] *= keep
@@ -447,7 +449,7 @@ class CostAwareBudget(FullBudget):
         """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
         row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
         self.steps += 1
-        self._forget(sum(1 for draft in drafts if len(draft)))  # a plain step's tokens come as hindsight, if at all
+        self._forget()
         deepest = 0
         for i, (draft, got) in enumerate(zip(drafts, accepted)):
             depth = max(node_depths(draft.parents), default=0)
