@@ -302,3 +302,22 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
         assert res.summary.settings["window"] == shape[0]
         assert res.summary.settings["draft_budget"] == ("auto" if budget else "full")  # what sized the window
     assert measured == [1]
+
+
+def test_batched_eagle_feeds_each_row_the_latest_prompt_pairs_at_their_positions(setup):
+    """With prompts longer than the head's context (`head_context`), each row's head cache takes the latest pairs
+    at their text positions: the batched drafts equal the ones each row makes alone (whose positions
+    tests/test_eagle.py checks against the head run teacher-forced)."""
+    from tests.test_eagle import trained_head
+
+    target, _, _ = setup
+    head = trained_head(target)  # a head that reads its context: a random one drafts alike at any position
+
+    def short():
+        drafter = EagleDrafter(head, top_k=3, depth=3, total_tokens=8)
+        drafter.head_context = 3
+        return drafter
+
+    prompts = [PROMPTS[1], PROMPTS[3], PROMPTS[7], PROMPTS[0]]  # 7, 13, 9 and 3 tokens: three rows cut, one not
+    batched, alone, _, _ = batched_and_alone(target, short, prompts, draft_step(short().head))
+    assert batched == alone

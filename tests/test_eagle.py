@@ -254,13 +254,23 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
         out = head(torch.tensor([seq[skipped + 1 :]]), feats[:, skipped:-1], window)  # pairs (x_i+1, f_i), i >= skipped
         ranks = list(range(drafter.top_k)) if dynamic else drafter.first_ranks
         cands = head.logits(out)[0].topk(max(ranks) + 1, dim=-1).indices[:, ranks].tolist()  # [pairs, kids]
-    committed, checked = len(prompt) + 1, 0  # tokens known at the first draft: the prompt and the prefill's token
+    committed, checked, deeper = len(prompt) + 1, 0, 0  # tokens known at the first draft: the prompt and its token
     for draft, got in zip(budget.seen, budget.accepted):
         root = [draft.tokens[i] for i in draft.children(-1)]
         assert set(root) <= set(cands[committed - 2 - skipped]), committed  # the root pair: the last token, f before
         checked += bool(root)
+        kids = draft.children(draft.children(-1)[0]) if root else []
+        if kids:  # depth 2 under the first child: the head's own predicted feature at the root, one position on
+            row = committed - 2 - skipped
+            with torch.no_grad():
+                toks = torch.tensor([seq[skipped + 1 : committed] + [root[0]]])
+                fed = torch.cat([feats[:, skipped : committed - 1], out[:, row : row + 1]], dim=1)
+                grown = head(toks, fed, torch.arange(skipped, committed)[None])
+                below = head.logits(grown)[0, -1].topk(max(ranks) + 1).indices[ranks].tolist()
+            assert {draft.tokens[i] for i in kids} <= set(below), committed
+            deeper += 1
         committed += got + 1
-    assert checked >= 3
+    assert checked >= 3 and deeper >= 1
     rows = BatchDecoder(target, lambda: _windowed(head, dynamic), max_new_tokens=NEW).generate([prompt, PROMPTS[0]])
     assert rows.tokens == [want, reference(target, PROMPTS[0])]
 
