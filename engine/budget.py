@@ -263,7 +263,7 @@ class CostAwareBudget(FullBudget):
             return None
         if self.steps == WARMUP_STEPS - 1:
             return 0  # measure a plain step: the baseline every cap must beat
-        if self.steps >= WARMUP_STEPS - 1 and not self.remembered_plain and len(self.plain_times) < PLAIN_BLOCK:
+        if not self.remembered_plain and len(self.plain_times) < PLAIN_BLOCK:
             return 0  # ... and where no run measured one, steady plain steps (see PLAIN_BLOCK)
         if self.hold is not None:
             (cap, self.narrow), self.hold = self.hold, None

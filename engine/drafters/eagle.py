@@ -96,8 +96,7 @@ class EagleDrafter(Drafter):
         self._causal: np.ndarray | None = None  # [n, n] additive upper triangle (mask_storage), cut to size per step
 
     def reset(self) -> None:
-        self.cache, self.pending, self.matches, self.first_matches = None, None, [], None
-        self.skipped = 0  # the prompt's pairs left out of the head's cache (HEAD_CONTEXT): positions count them
+        self.cache, self.pending, self.matches, self.first_matches, self.skipped = None, None, [], None, 0
 
     def feature_parts(self, target_out) -> list[torch.Tensor]:
         """The tensors [1, S, H] of a target forward the head's features are made of: the last hidden state."""
@@ -175,13 +174,19 @@ class EagleDrafter(Drafter):
         )
         return out[0], values[0], ids[0]
 
+    def window_prompt(self, pairs: int) -> int:
+        """How many of a prompt's first `pairs` the head's cache leaves out (all but the latest `head_context`),
+        remembered in `skipped`: every later pair and draft entry is fed at its text position."""
+        self.skipped = max(0, pairs - self.head_context)
+        return self.skipped
+
     def _prefill(self, tokens: list[int], feats: torch.Tensor) -> None:
         """The head forward over a causal run of pairs into its empty cache, without the read-out: a top-k over the
         vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the first
         draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Only the latest HEAD_CONTEXT
         pairs go in (`skipped` counts the others: positions stay the text's). feats: [m, F]."""
-        self.skipped = max(0, len(tokens) - self.head_context)
-        tokens, feats = tokens[self.skipped :], feats[self.skipped :]
+        skip = self.window_prompt(len(tokens))
+        tokens, feats = tokens[skip:], feats[skip:]
         m, dev = len(tokens), feats.device
         mask = self._mask(0, None, m, feats.dtype, dev)  # a causal run over an empty cache (None for one pair)
         positions = torch.arange(self.skipped, self.skipped + m, device=dev)[None]

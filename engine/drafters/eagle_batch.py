@@ -89,7 +89,7 @@ class BatchedTrees:
         for b in live:  # the pairs committed since the last step, a causal run after the row's earlier pairs
             toks, f = rows[b].take_pending()
             if not self.cols[b] and len(toks) > 1:  # a prompt's pairs: no read-out but the last one's (as one row)
-                skip = rows[b].skipped = max(0, len(toks) - 1 - rows[b].head_context)  # the latest go in
+                skip = rows[b].window_prompt(len(toks) - 1)  # the latest pairs only, at their text positions
                 prompts[b] = (toks[skip:-1], f[skip:-1])
                 toks, f = toks[-1:], f[-1:]
             pending[b] = (toks, f)
@@ -97,11 +97,12 @@ class BatchedTrees:
             if not part:
                 continue
             width = cache_length(self.cache)
+            at = {b: len(self.cols[b]) + rows[b].skipped for b in part}  # each row's first text position fed
             feeds = {
                 b: (
                     toks,
                     f,
-                    list(range(len(self.cols[b]) + rows[b].skipped, len(self.cols[b]) + rows[b].skipped + len(toks))),
+                    list(range(at[b], at[b] + len(toks))),
                     self.cols[b],
                     [[width + j for j in range(i)] for i in range(len(toks))],
                 )
