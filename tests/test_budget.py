@@ -333,7 +333,7 @@ def test_costly_probes_take_at_most_their_share_of_the_run():
     probe_steps(0.100, memory, 60)
     assert memory["probe_costs"] == [pytest.approx(0.090)] * len(memory["probe_costs"]) != []
     later = probe_steps(0.100, memory, 400)
-    assert len(later) <= 1, later  # no cheap first probes: the next one comes about 900 steps after the last
+    assert len(later) <= 1, later  # the new text's one (RUN_PROBE_AT), no cheap ones: the next comes ~900 steps on
 
 
 def test_probes_keep_their_pace_across_short_runs():
@@ -351,6 +351,26 @@ def test_probes_keep_their_pace_across_short_runs():
             probes += run_no > 0 and cap != 0
         budget.finish()
     assert 66 / (EXPLORE_EVERY + 2) / 2**MAX_BACKOFF <= probes <= 66 / (EXPLORE_EVERY - 2) + 1
+
+
+def test_a_new_run_probes_early_whatever_back_off_the_last_runs_built_up():
+    """A new run is new text: after runs where drafting lost (probes backed off and spaced by their cost), the next
+    run still probes within RUN_PROBE_AT steps, and its hindsight decides. Carried over, the pace put the next probe
+    past the end of the next runs."""
+    from engine.budget import RUN_PROBE_AT
+
+    def first_probe(run_probe_at) -> int | None:
+        memory: dict = {}
+        for steps in (600, 64):  # a long losing run builds up the back-off; then a new one
+            budget = CostAwareBudget(run_probe_at=run_probe_at)
+            budget.reset(memory)
+            caps = run(budget, steps, lambda d: 0, lambda d: 0.010 if d == 0 else 0.100)  # nothing is accepted
+            budget.finish()
+        assert memory["probe_in"] > 64  # the back-off's pace would probe past the new run's end
+        return next((i for i, c in enumerate(caps) if c != 0), None)
+
+    assert first_probe(RUN_PROBE_AT) is not None and first_probe(RUN_PROBE_AT) <= RUN_PROBE_AT
+    assert first_probe(None) is None
 
 
 def test_a_probes_cost_counts_the_cold_plain_steps_after_it():
