@@ -207,7 +207,9 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
             out = head(torch.tensor([seq[1:]]), feats[:, :-1], torch.arange(len(seq) - 1)[None])  # (x_i+1, f_i)
             ranks = list(range(drafter.top_k)) if drafter.dynamic else drafter.first_ranks
             cands = head.logits(out)[0].topk(max(ranks) + 1, dim=-1).indices[:, ranks].tolist()  # [L - 1, kids]
-        assert len(budget.seen) >= 2  # the first drafted step fed the prompt without read-outs: no hindsight there
+        assert len(budget.seen) == 3  # the first drafted step too: over the tokens generated before it
+        new, matches = budget.seen[0]  # every token so far (the prefill's, five plain steps') a pair came before
+        assert new == 6 and len(matches) == min(new, len(prompt) + new - 2)
         for (new, matches), first in zip(budget.seen, budget.firsts):
             end = len(prompt) + new  # one past the pending token, the last one a caught-up pair predicted
             want = [seq[q] in cands[q - 2] for q in range(end - len(matches), end)]
@@ -218,6 +220,17 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
             hits += matches
     assert any(hits) and not all(hits)
     assert any(spine_hits) and sum(spine_hits) < sum(hits)  # the first choice alone tells apart from the others
+    # reading the latest two pairs only (the others go into the head's cache without a read-out): the same guesses,
+    # cut to the last two, and the same output
+    short = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
+    drafter = EagleDrafter(head, **mode)
+    drafter.hindsight_rows = 2
+    prompt = PROMPTS[-1] + [5, 5, 5, 5]
+    full = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
+    want = Decoder(target, EagleDrafter(head, **mode), max_new_tokens=NEW, budget=full).generate(prompt).tokens
+    assert Decoder(target, drafter, max_new_tokens=NEW, budget=short).generate(prompt).tokens == want
+    assert short.seen == [(new, matches[-2:]) for new, matches in full.seen]
+    assert short.firsts == [first[-2:] for first in full.firsts]
 
 
 @pytest.mark.parametrize("dynamic", [True, False])
@@ -273,6 +286,52 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
     assert checked >= 3 and deeper >= 1
     rows = BatchDecoder(target, lambda: _windowed(head, dynamic), max_new_tokens=NEW).generate([prompt, PROMPTS[0]])
     assert rows.tokens == [want, reference(target, PROMPTS[0])]
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_positions(target_and_head, dynamic):
+    """After more plain steps than `head_context`, the head takes the stretch's latest pairs only, after a gap in its
+    cache: the next draft's depth-1 candidates are the head's teacher-forced over the pairs cached before the stretch
+    and the stretch's latest, each at its text position, and decoding stays lossless."""
+    from engine.budget import FullBudget
+
+    class Scripted(FullBudget):
+        def __init__(self):
+            self.caps, self.drafts, self.committed = iter([None] + [0] * 9 + [None] * 4), [], 0
+
+        def choose(self, left=None):
+            return next(self.caps, None)
+
+        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None):
+            self.drafts.append((self.committed, drafts[0]))
+            self.committed += accepted[0] + 1
+
+    target, head = target_and_head
+    prompt = PROMPTS[1]
+    drafter = EagleDrafter(head, dynamic=dynamic)
+    drafter.head_context = 4
+    budget = Scripted()
+    feeds, feed = [], drafter._feed  # every head call's outputs, and where each step's calls began
+    drafter._feed = lambda *args: feeds.append(feed(*args)) or feeds[-1]
+    marks = []
+    choose = budget.choose
+    budget.choose = lambda left=None: marks.append(len(feeds)) or choose(left)
+    res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
+    assert res.tokens == reference(target, prompt)
+    seq = prompt + res.tokens
+    window = max(0, len(prompt) - 1 - 4)  # the prompt's pairs (x_i+1, f_i) the first draft left out: i < window
+    tokens = len(prompt) + 1 + budget.drafts[10][0]  # tokens committed at the draft after the stretch
+    kept = list(range(window, len(prompt))) + list(range(tokens - 1 - 4, tokens - 1))  # i of the pairs the head holds
+    assert drafter.skipped == window + (tokens - 1 - len(prompt) - 4) > window  # the prompt's and the stretch's
+    with torch.no_grad():
+        feats = target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1]  # [1, L, H]
+        out = head(torch.tensor([[seq[i + 1] for i in kept]]), feats[:, kept], torch.tensor([kept]))
+        ranks = list(range(drafter.top_k)) if dynamic else drafter.first_ranks
+        cands = head.logits(out)[0, -1].topk(max(ranks) + 1).indices[ranks].tolist()
+    draft = budget.drafts[10][1]
+    assert {draft.tokens[i] for i in draft.children(-1)} <= set(cands)
+    root = feeds[marks[10]][0][-1]  # the catch-up's predicted feature after the pending token: the same numbers
+    assert torch.allclose(root, out[0, -1], atol=1e-5), (root - out[0, -1]).abs().max()
 
 
 def _windowed(head, dynamic):

@@ -104,6 +104,12 @@ def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup)
         assert matches == want, (new, matches, want)
         assert end - len(matches) >= len(prompt)  # generated tokens only
     assert budget.firsts == [None] * 3  # a chain: its guesses are its spine's
+    # reading the latest two positions only: the same guesses, cut to the last two
+    short = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
+    drafter = VanillaDrafter(drafts["perturbed"], gamma=3)
+    drafter.hindsight_rows = 2
+    assert Decoder(target, drafter, max_new_tokens=NEW, budget=short).generate(prompt).tokens == ref
+    assert short.seen == [(new, matches[-2:]) for new, matches in budget.seen]
 
 
 def test_stops_at_eos():

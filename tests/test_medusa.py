@@ -237,3 +237,7 @@ def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
     assert 0 < sum(expected) < len(expected)  # the test tells hits from misses
     firsts = [tokens[i + 2] == top[i][0] for i in range(first, first + 11)]  # the greedy spine's: head 0's top 1
     assert told[0][2] == firsts and sum(firsts) < sum(expected)  # fewer than the tree's: the ranks below tell apart
+    told.clear()  # reading the latest three plain steps only: the same guesses, cut to the last three
+    drafter.hindsight_rows = 3
+    assert Decoder(target, drafter, max_new_tokens=NEW, budget=PlainThenDraft()).generate(prompt).tokens == res.tokens
+    assert told == [(expected[-3:], 1, firsts[-3:])]

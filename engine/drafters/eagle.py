@@ -45,7 +45,9 @@ DEFAULT_TOTAL = 17
 # A run's first draft feeds the head the prompt's pairs: the latest HEAD_CONTEXT of them only. The target's features
 # already carry the context; the head's own attention over every pair of a 150-token prompt made a probe from plain
 # steps cost 16-17 ms of drafting where a drafted step costs 1.6 (EAGLE-2 off the suite on the AVX2 EPYC), and a
-# draft budget that keeps plain steps pays one such probe nearly every run.
+# draft budget that keeps plain steps pays one such probe nearly every run. A catch-up after a longer stretch of plain
+# steps feeds its latest HEAD_CONTEXT pairs the same way (the head's cache keeps a gap): a probe 100 plain steps
+# after the last draft drafted 15-17 ms, nearly all of it the head over every pair of the stretch.
 HEAD_CONTEXT = 64
 
 
@@ -65,7 +67,7 @@ class EagleDrafter(Drafter):
     name = "eagle"
     needs_hidden_states = True
     hindsight_depth = 1  # a catch-up reads the target's features: its guesses are depth 1's only
-    head_context = HEAD_CONTEXT  # the prompt's pairs a run's first draft feeds the head
+    head_context = HEAD_CONTEXT  # the most pairs one draft feeds the head: of a prompt, or of a stretch of plain steps
 
     def __init__(
         self,
@@ -180,16 +182,14 @@ class EagleDrafter(Drafter):
         self.skipped = max(0, pairs - self.head_context)
         return self.skipped
 
-    def _prefill(self, tokens: list[int], feats: torch.Tensor) -> None:
-        """The head forward over a causal run of pairs into its empty cache, without the read-out: a top-k over the
-        vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the first
-        draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Only the latest HEAD_CONTEXT
-        pairs go in (`skipped` counts the others: positions stay the text's). feats: [m, F]."""
-        skip = self.window_prompt(len(tokens))
-        tokens, feats = tokens[skip:], feats[skip:]
+    def _absorb(self, tokens: list[int], feats: torch.Tensor, base: int) -> None:
+        """The head forward over a causal run of pairs after the `base` in its cache, without the read-out: a top-k
+        over the vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the
+        first draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Positions are the text's
+        (`skipped`: the prompt's pairs left out, window_prompt). feats: [m, F]."""
         m, dev = len(tokens), feats.device
-        mask = self._mask(0, None, m, feats.dtype, dev)  # a causal run over an empty cache (None for one pair)
-        positions = torch.arange(self.skipped, self.skipped + m, device=dev)[None]
+        mask = self._mask(base, None, m, feats.dtype, dev)  # a causal run after the cached pairs (None for one)
+        positions = torch.arange(base + self.skipped, base + self.skipped + m, device=dev)[None]
         self.head(torch.tensor([tokens], device=dev), feats[None], positions, self.cache, mask)
 
     @staticmethod
@@ -204,10 +204,21 @@ class EagleDrafter(Drafter):
         dtype = self.dtype
         base = cache_length(self.cache)
         toks, feats = self.take_pending()
+        read = 1  # the latest pairs fed with a read-out: the root's, and those hindsight reads (greedy only)
+        if state.sampling.greedy:  # every pair since the last draft, or the generated ones on a run's first
+            generated = len(state.tokens) - state.prompt_len  # pairs from the one whose read-out guesses the first
+            read += min(self.hindsight_rows, len(toks) - 1 if base else generated)
+        if base == 0 and len(toks) > 1:  # a prompt's pairs: the latest `head_context` only, at their text positions
+            skip = self.window_prompt(len(toks) - 1)
+            toks, feats = toks[skip:], feats[skip:]
+        elif len(toks) > self.head_context:  # a long stretch of plain steps: its latest pairs too, after a gap
+            gap = len(toks) - self.head_context  # (`skipped` counts it: every later pair keeps its text position)
+            self.skipped += gap
+            toks, feats = toks[gap:], feats[gap:]
+        if len(toks) > read:  # the others go in with no read-out: a vocabulary's top-k per pair, only to be dropped
+            self._absorb(toks[:-read], feats[:-read].to(dtype), base)
+            base, toks, feats = cache_length(self.cache), toks[-read:], feats[-read:]
         m = len(toks)
-        if base == 0 and m > 1:  # the prompt's pairs: into the head's cache with no read-out but the last one's
-            self._prefill(toks[:-1], feats[:-1].to(dtype))
-            base, toks, feats, m = cache_length(self.cache), toks[-1:], feats[-1:], 1
         at = base + self.skipped  # the text position of the first pair fed
         out, values, ids = self._feed(
             toks, feats.to(dtype), list(range(at, at + m)), self._mask(base, None, m, dtype, feats.device)

@@ -93,10 +93,10 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
     return sorted(set(paths), key=lambda p: (len(p), p))
 
 
-# Hidden states of plain steps kept for hindsight (engine/budget.py): under a draft budget Medusa's heads read nothing
-# while plain steps are best, so acceptance was learned from the rare probes alone (about eight drafts' worth per
-# run): off the suite the budget put depth 1 at 1.47-1.51 tokens a step where drafting every step got 1.66-1.68.
-HINDSIGHT_KEEP = 256
+# Hidden states of plain steps are kept for hindsight (engine/budget.py; the latest `hindsight_rows` + 1): under a
+# draft budget Medusa's heads read nothing while plain steps are best, so acceptance was learned from the rare probes
+# alone (about eight drafts' worth per run): off the suite the budget put depth 1 at 1.47-1.51 tokens a step where
+# drafting every step got 1.66-1.68.
 
 
 class MedusaDrafter(Drafter):
@@ -191,7 +191,7 @@ class MedusaDrafter(Drafter):
             if not self.unchecked:
                 self.unchecked_from = len(state.tokens) - 1
             self.unchecked.append(self.hidden)
-            if len(self.unchecked) > HINDSIGHT_KEEP:
+            if len(self.unchecked) > self.hindsight_rows + 1:  # the last one's next token is not known yet
                 del self.unchecked[0]
                 self.unchecked_from += 1
 

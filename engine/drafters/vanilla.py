@@ -120,7 +120,9 @@ class VanillaDrafter(Drafter):
         # Catching up on tokens the target committed in plain steps: the draft's guess after each one before a
         # generated token is what a greedy chain drafted there would have proposed (no draft ever guessed there).
         # Compared with what the target chose, it tells the budget the acceptance it missed, for one transfer.
-        first = max(0, state.prompt_len - 1 - keep)  # the fed row whose next token is the first generated one
+        # the first fed row whose guess is checked: the one whose next token is the first generated one, or the
+        # latest `hindsight_rows`' (the LM head runs on each checked row)
+        first = max(0, state.prompt_len - 1 - keep, len(fed) - 1 - self.hindsight_rows)
         hindsight = greedy and len(fed) - first > 1
         logits, best = self._step(fed, greedy, first if hindsight else None)
         if hindsight and (self.target_vocab is None or logits.shape[-1] <= self.target_vocab):
