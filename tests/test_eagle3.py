@@ -112,6 +112,23 @@ def test_eagle3_greedy_is_lossless(saved_head):
     assert deepest >= 2  # paths past depth 1 were accepted: the tree compaction and the d2t mapping both ran
 
 
+def test_eagle3_catch_ups_after_long_plain_stretches_are_lossless(saved_head):
+    """Plain stretches longer than the head's context: the catch-up feeds their latest pairs after a gap in EAGLE-3's
+    head cache (without read-outs before the ones hindsight reads); output stays the target's, hindsight is told."""
+    from tests.test_lossless import Hindsight
+
+    target, folder, _ = saved_head
+    head = load_eagle3_head(folder, target)
+    for prompt in PROMPTS:
+        drafter = Eagle3Drafter(head, top_k=3, depth=4, total_tokens=10)
+        drafter.head_context, drafter.hindsight_rows = 4, 2
+        budget = Hindsight([0] * 6 + [2] + [0] * 7 + [1] + [0] * 5 + [3])
+        res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
+        assert res.tokens == reference(target, prompt)
+        assert drafter.skipped > max(0, len(prompt) - 5)  # a gap beyond the prompt's window
+        assert len(budget.seen) >= 2 and all(len(matches) == 2 for _, matches in budget.seen)
+
+
 def test_eagle3_batched_rows_are_lossless(saved_head):
     target, folder, _ = saved_head
     head = load_eagle3_head(folder, target)

@@ -186,7 +186,7 @@ class EagleDrafter(Drafter):
         """The head forward over a causal run of pairs after the `base` in its cache, without the read-out: a top-k
         over the vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the
         first draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Positions are the text's
-        (`skipped`: the prompt's pairs left out, window_prompt). feats: [m, F]."""
+        (`skipped`: the pairs left out, a prompt's and any stretch's gap). feats: [m, F]."""
         m, dev = len(tokens), feats.device
         mask = self._mask(base, None, m, feats.dtype, dev)  # a causal run after the cached pairs (None for one)
         positions = torch.arange(base + self.skipped, base + self.skipped + m, device=dev)[None]

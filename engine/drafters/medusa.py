@@ -93,12 +93,6 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
     return sorted(set(paths), key=lambda p: (len(p), p))
 
 
-# Hidden states of plain steps are kept for hindsight (engine/budget.py; the latest `hindsight_rows` + 1): under a
-# draft budget Medusa's heads read nothing while plain steps are best, so acceptance was learned from the rare probes
-# alone (about eight drafts' worth per run): off the suite the budget put depth 1 at 1.47-1.51 tokens a step where
-# drafting every step got 1.66-1.68.
-
-
 class MedusaDrafter(Drafter):
     name = "medusa"
     needs_hidden_states = True
@@ -187,6 +181,10 @@ class MedusaDrafter(Drafter):
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
+        # A plain step's hidden state is kept for hindsight (engine/budget.py; the latest `hindsight_rows` + 1): under
+        # a draft budget Medusa's heads read nothing while plain steps are best, so acceptance was learned from the rare
+        # probes alone (about eight drafts' worth per run): off the suite the budget put depth 1 at 1.47-1.51 tokens a
+        # step where drafting every step got 1.66-1.68.
         if not len(draft) and state.sampling.greedy:  # a plain step: what head 0 would have guessed is checked later
             if not self.unchecked:
                 self.unchecked_from = len(state.tokens) - 1
