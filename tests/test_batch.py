@@ -145,6 +145,23 @@ def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
     assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)  # five rows: at least halved
 
 
+def test_batched_vanilla_leaves_out_what_each_row_would_alone(setup):
+    """With a draft context shorter than the prompts, every catch-up leaves out its oldest tokens and feeds the rest
+    at their text positions, batched as row by row: the same drafts, and every row lossless."""
+    target, make, refs = setup
+
+    def short():
+        drafter = make["vanilla"]()
+        drafter.context = 2
+        return drafter
+
+    batched, alone, _, _ = batched_and_alone(target, short, PROMPTS[:5], short().model)
+    assert batched == alone
+    res = BatchDecoder(target, short, max_new_tokens=NEW).generate(PROMPTS)
+    for prompt, tokens in zip(PROMPTS, res.tokens):
+        assert tokens == refs[tuple(prompt)], prompt
+
+
 @pytest.mark.parametrize("method", ["vanilla", "eagle"])
 def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     """One depth cap per batch step, learned from the batch's own step times: only draft sizes change."""

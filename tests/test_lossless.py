@@ -112,6 +112,31 @@ def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup)
     assert short.seen == [(new, matches[-2:]) for new, matches in budget.seen]
 
 
+def test_vanilla_catch_ups_feed_the_draft_model_the_latest_tokens_at_their_positions(setup):
+    """A catch-up longer than the draft's `context` (the prompt, or a stretch of plain steps) feeds its latest tokens
+    only, at their text positions: the draft's logits after the stretch equal the draft model's over the tokens its
+    cache holds, teacher-forced at those positions; output stays the target's."""
+    _, target, drafts, refs = setup
+    prompt, ref = PROMPTS[1], refs[1]  # 7 tokens: with the first new one, 8 at the first draft, 4 left out
+    draft_model = drafts["perturbed"]
+    drafter = VanillaDrafter(draft_model, gamma=3)
+    drafter.context = 4
+    logits, step = [], drafter._step
+    budget = Hindsight([3] + [0] * 9 + [3] * 3)
+    drafter._step = lambda *args, step=step: (lambda out: logits.append(out[0]) or out)(step(*args))
+    res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
+    assert res.tokens == ref
+    seq = prompt + res.tokens
+    cached = len(prompt) + 1 + min(len(res.events[1].accepted_nodes), 2)  # tokens 4.. of these before the stretch
+    now = len(prompt) + sum(len(e.tokens) for e in res.events[:11])  # tokens committed at the draft after it
+    kept = list(range(4, cached)) + list(range(now - 4, now))
+    assert drafter.skipped == 4 + (now - 4 - cached) > 4
+    with torch.no_grad():
+        out = draft_model(torch.tensor([[seq[k] for k in kept]]), position_ids=torch.tensor([kept])).logits[0, -1]
+    catch_up = logits[3]  # the first draft's three calls (its catch-up and two drafted tokens), then this one
+    assert torch.allclose(catch_up.float(), out.float(), atol=1e-4), (catch_up - out).abs().max()
+
+
 def test_stops_at_eos():
     target = tiny_model("llama", sharpen=4.0)
     ref = reference(target, PROMPTS[1])

@@ -30,6 +30,11 @@ MAX_GAMMA = 16
 # speedup): 1: 1.66 1.32x, 2: 2.04 1.37x, 3: 2.27 1.35x, 4: 2.36 1.30x, 6: 2.56 1.16x, adaptive from 3: 2.24 1.39x.
 # 2 and 3 tie within noise; 3 keeps the longer accepted runs.
 DEFAULT_GAMMA = 3
+# The most tokens one catch-up feeds the draft model: of a run's prompt, or of a stretch of plain steps since it last
+# drafted (the oldest are left out, later tokens keep their text positions). Fed every token, a probe from plain steps
+# ran the draft model over the whole prompt or stretch: 10-20 ms of drafting off the suite where a plain step costs
+# 4.8. As EAGLE's head context (engine/drafters/eagle.py), for the same reason.
+DRAFT_CONTEXT = 64
 
 
 class VanillaDrafter(Drafter):
@@ -57,12 +62,14 @@ class VanillaDrafter(Drafter):
         self.target_vocab = target_vocab
         self.device = next(draft_model.parameters()).device
         self.cache = None
-        self.seen: list[int] = []  # tokens whose KV the draft cache holds
+        self.seen: list[int] = []  # the text's tokens up to where the draft cache reaches (`skipped` of them left out)
+        self.skipped = 0  # tokens of `seen` the cache holds no entry for (DRAFT_CONTEXT): later ones sit that far on
+        self.context = DRAFT_CONTEXT
         self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
         self.positions = 0  # the most positions a run may need (check_context), to size a static cache
 
     def reset(self) -> None:
-        self.cache, self.seen, self.gamma, self.matches = None, [], self.initial_gamma, []
+        self.cache, self.seen, self.gamma, self.matches, self.skipped = None, [], self.initial_gamma, [], 0
 
     def begin(self, state: DecodeState) -> None:
         self.reset()
@@ -82,7 +89,10 @@ class VanillaDrafter(Drafter):
         ids = torch.tensor([new_tokens], device=self.device)
         last = len(new_tokens) - 1
         rows = [last] if from_row is None else list(range(from_row, last + 1))
-        out = self.forward(ids, self.cache, logits_at=rows)  # the LM head on those rows only
+        positions = None  # right after the cache's entries, unless some were left out: the text's positions
+        if self.skipped:
+            positions = torch.arange(len(self.seen), len(self.seen) + len(new_tokens), device=self.device)[None]
+        out = self.forward(ids, self.cache, positions=positions, logits_at=rows)  # the LM head on those rows only
         self.seen.extend(new_tokens)
         return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
 
@@ -112,10 +122,15 @@ class VanillaDrafter(Drafter):
         limit = min(len(self.seen), len(state.tokens) - 1)
         while keep < limit and self.seen[keep] == state.tokens[keep]:
             keep += 1
-        if cache_length(self.cache) > keep:
-            crop(self.cache, keep)
+        if cache_length(self.cache) > keep - self.skipped:  # (never into a gap: only drafted tokens roll back)
+            crop(self.cache, keep - self.skipped)
         self.seen = self.seen[:keep]
         greedy = state.sampling.greedy
+        gap = max(0, len(state.tokens) - keep - self.context)  # the oldest of a long catch-up are left out
+        if gap:
+            self.seen += state.tokens[keep : keep + gap]
+            self.skipped += gap
+            keep += gap
         fed = state.tokens[keep:]
         # Catching up on tokens the target committed in plain steps: the draft's guess after each one before a
         # generated token is what a greedy chain drafted there would have proposed (no draft ever guessed there).

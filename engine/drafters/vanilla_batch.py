@@ -48,8 +48,9 @@ class BatchedChains:
                 visible[b, :n, width : width + n] = causal[:n, :n]
             visible[b, :n, self.cols[b]] = True
             visible[b, n:, width + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
-            positions[b, :n] = torch.arange(seen, seen + n)
-            positions[b, n:] = seen
+            at = seen + self.rows[b].skipped  # the text position of the first token fed
+            positions[b, :n] = torch.arange(at, at + n)
+            positions[b, n:] = at
             self.cols[b] += range(width, width + n)
         mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
         lasts = [max(len(f), 1) - 1 for f in feeds]
@@ -72,8 +73,11 @@ class BatchedChains:
             keep, limit = 0, min(len(d.seen), len(state.tokens) - 1)
             while keep < limit and d.seen[keep] == state.tokens[keep]:
                 keep += 1
-            d.seen, self.cols[b] = d.seen[:keep], self.cols[b][:keep]
-            feeds.append(state.tokens[keep:])
+            d.seen, self.cols[b] = d.seen[:keep], self.cols[b][: keep - d.skipped]
+            gap = max(0, len(state.tokens) - keep - d.context)  # as one row: a long catch-up's oldest left out
+            d.seen += state.tokens[keep : keep + gap]
+            d.skipped += gap
+            feeds.append(state.tokens[keep + gap :])
         if not any(want):
             return [Draft() for _ in rows]
         self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
