@@ -96,6 +96,14 @@ class VanillaDrafter(Drafter):
         self.seen.extend(new_tokens)
         return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
 
+    def leave_out(self, tokens: list[int], keep: int) -> int:
+        """Where a catch-up of `tokens` from `keep` (the prefix the cache reaches) starts feeding: past its oldest
+        tokens beyond `context`, which join `seen` without entries (`skipped`). One row and a batch alike."""
+        gap = max(0, len(tokens) - keep - self.context)
+        self.seen += tokens[keep : keep + gap]
+        self.skipped += gap
+        return keep + gap
+
     def greedy_token(self, logits: torch.Tensor, best: torch.Tensor) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
         target's first (what `_pad` does to the distribution)."""
@@ -126,11 +134,7 @@ class VanillaDrafter(Drafter):
             crop(self.cache, keep - self.skipped)
         self.seen = self.seen[:keep]
         greedy = state.sampling.greedy
-        gap = max(0, len(state.tokens) - keep - self.context)  # the oldest of a long catch-up are left out
-        if gap:
-            self.seen += state.tokens[keep : keep + gap]
-            self.skipped += gap
-            keep += gap
+        keep = self.leave_out(state.tokens, keep)
         fed = state.tokens[keep:]
         # Catching up on tokens the target committed in plain steps: the draft's guess after each one before a
         # generated token is what a greedy chain drafted there would have proposed (no draft ever guessed there).

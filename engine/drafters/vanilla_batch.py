@@ -74,10 +74,7 @@ class BatchedChains:
             while keep < limit and d.seen[keep] == state.tokens[keep]:
                 keep += 1
             d.seen, self.cols[b] = d.seen[:keep], self.cols[b][: keep - d.skipped]
-            gap = max(0, len(state.tokens) - keep - d.context)  # as one row: a long catch-up's oldest left out
-            d.seen += state.tokens[keep : keep + gap]
-            d.skipped += gap
-            feeds.append(state.tokens[keep + gap :])
+            feeds.append(state.tokens[d.leave_out(state.tokens, keep) :])  # a long catch-up's latest, as one row
         if not any(want):
             return [Draft() for _ in rows]
         self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
