@@ -96,6 +96,15 @@ class VanillaDrafter(Drafter):
         self.seen.extend(new_tokens)
         return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
 
+    def rewind(self, tokens: list[int]) -> int:
+        """`seen` cut back to the longest prefix of the committed `tokens` it shares (at least one token is left to
+        feed); its length. The cache is the caller's to cut (`skipped` fewer entries). One row and a batch alike."""
+        keep, limit = 0, min(len(self.seen), len(tokens) - 1)
+        while keep < limit and self.seen[keep] == tokens[keep]:
+            keep += 1
+        self.seen = self.seen[:keep]
+        return keep
+
     def leave_out(self, tokens: list[int], keep: int) -> int:
         """Where a catch-up of `tokens` from `keep` (the prefix the cache reaches) starts feeding: past its oldest
         tokens beyond `context`, which join `seen` without entries (`skipped`). One row and a batch alike."""
@@ -125,14 +134,9 @@ class VanillaDrafter(Drafter):
         n = min(self.gamma, max_tokens)
         if n < 1:
             return Draft()
-        # Roll back to the longest committed prefix the draft has seen (at least one token must be fed).
-        keep = 0
-        limit = min(len(self.seen), len(state.tokens) - 1)
-        while keep < limit and self.seen[keep] == state.tokens[keep]:
-            keep += 1
+        keep = self.rewind(state.tokens)
         if cache_length(self.cache) > keep - self.skipped:  # (never into a gap: only drafted tokens roll back)
             crop(self.cache, keep - self.skipped)
-        self.seen = self.seen[:keep]
         greedy = state.sampling.greedy
         keep = self.leave_out(state.tokens, keep)
         fed = state.tokens[keep:]

@@ -70,10 +70,8 @@ class BatchedChains:
             if not want[b]:
                 feeds.append([])
                 continue
-            keep, limit = 0, min(len(d.seen), len(state.tokens) - 1)
-            while keep < limit and d.seen[keep] == state.tokens[keep]:
-                keep += 1
-            d.seen, self.cols[b] = d.seen[:keep], self.cols[b][: keep - d.skipped]
+            keep = d.rewind(state.tokens)
+            self.cols[b] = self.cols[b][: keep - d.skipped]
             feeds.append(state.tokens[d.leave_out(state.tokens, keep) :])  # a long catch-up's latest, as one row
         if not any(want):
             return [Draft() for _ in rows]
