@@ -107,6 +107,13 @@ PLAIN_BLOCK = 6
 # drafted, while the target's weights are still coming back into the cache it pushed them out of. Off the suite
 # such probes took 12-13 ms for EAGLE-2 at depth 1 against 7.4 for a plain step, so plain steps always looked best;
 # drafting every step at depth 1 ran 1.20x plain decoding, the budget that timed its probes 1.03-1.08x.
+# Nor is the next one: drafted steps settle over three to four steps after plain ones. EAGLE-3 off the suite at a
+# one-deep spine, by place after 16 plain steps (median of 24 switches; plain steps 7.6-8.1 ms): 14.5, 11.3, 11.1,
+# 10.8, 10.6 ms. Timing the second, the budget priced a spine at 11.7-13.9 ms, 1.5-1.8 plain steps, kept plain
+# steps (0.96-1.03x of plain decoding) where spines every step ran 1.08-1.11x, and its rare probes never corrected
+# it. So the first SETTLE drafted steps after a plain one go untimed, and a probe from plain steps drafts SETTLE + 1
+# steps when its first accepted anything.
+SETTLE = 2
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
 
@@ -210,7 +217,9 @@ class CostAwareBudget(FullBudget):
     narrow_recent: dict[int, list[float]] = field(default_factory=dict)  # spine depth -> seconds of latest steps
     quiet_until: int = 0  # plain steps without re-rating until this step (QUIET)
     last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
-    hold: tuple[int | None, bool] | None = None  # a probe's (cap, narrow), repeated once to time it past a switch-in
+    # drafted steps in a row since the last plain step (the first `settle` are not timed); None: no plain step yet
+    in_row: int | None = None
+    hold: tuple[int | None, bool, int] | None = None  # a probe's (cap, narrow, steps left): past the settling steps
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     probe_costs: list[float] = field(default_factory=list)  # seconds each latest idle probe cost (PROBE_SHARE)
@@ -222,11 +231,14 @@ class CostAwareBudget(FullBudget):
     fade: float = FADE
     plain_quantile: float = PLAIN_QUANTILE
     run_probe_at: int | None = RUN_PROBE_AT
+    settle: int = SETTLE
 
     memory: dict | None = field(default=None, repr=False)  # the `remembered` slot of this run
 
     def reset(self, memory: dict | None = None) -> None:
-        self.__init__(fade=self.fade, plain_quantile=self.plain_quantile, run_probe_at=self.run_probe_at)
+        self.__init__(
+            fade=self.fade, plain_quantile=self.plain_quantile, run_probe_at=self.run_probe_at, settle=self.settle
+        )
         self.memory = memory
         if memory and memory.get("plain"):
             self.remembered_plain = list(memory["plain"])
@@ -280,7 +292,8 @@ class CostAwareBudget(FullBudget):
         if not self.remembered_plain and len(self.plain_times) < PLAIN_BLOCK:
             return 0  # ... and where no run measured one, steady plain steps (see PLAIN_BLOCK)
         if self.hold is not None:
-            (cap, self.narrow), self.hold = self.hold, None
+            cap, self.narrow, left = self.hold
+            self.hold = (cap, self.narrow, left - 1) if left > 1 else None
             return cap
         if self.steps < self.quiet_until and self.steps < self.next_probe:
             return 0  # plain steps were best and nothing has been learned since (see QUIET)
@@ -307,7 +320,7 @@ class CostAwareBudget(FullBudget):
             deep = self.probes % DEEP_EVERY == 0 and best > 0 and (not narrow or wide_share > DEEP_FROM_SPINE)
             cap = None if deep or best >= self.max_depth else best + 1
             self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
-            self.hold = (cap, self.narrow) if self.last_depth == 0 else None  # from plain steps: time the second
+            self.hold = (cap, self.narrow, self.settle) if self.last_depth == 0 else None  # from plain: SETTLE
             if best == 0 and self.last_depth == 0:
                 self.probe_open, self.probe_tail = 0.0, 0  # an idle probe: its cost counts until PROBE_TAIL
             return cap
@@ -505,14 +518,15 @@ class CostAwareBudget(FullBudget):
                 self.probe_costs.append(max(self.probe_open, 0.0))
                 del self.probe_costs[:-PROBE_COSTS]
                 self.probe_open = None
-        switch_in, self.last_depth = deepest > 0 and self.last_depth == 0, deepest
-        if self.hold is not None and not any(accepted):
-            self.hold = None  # the probe's draft missed outright: no second step to time (drafting rarely pays here)
+        self.last_depth = deepest
+        self.in_row = 0 if deepest == 0 else None if self.in_row is None else self.in_row + 1
+        if self.hold is not None and self.in_row == 1 and not any(accepted):
+            self.hold = None  # the probe's first draft missed outright: no settled step to time (drafting rarely pays)
         if deepest > 0 and not self.drafted:
             self.drafted = True
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
-        if switch_in:
-            return  # its time is the switch's, not its depth's (see `hold`)
+        if self.in_row is not None and 0 < self.in_row <= self.settle:
+            return  # its time is the switch's, not its depth's (see SETTLE)
         kept = (self.narrow_recent if self.narrow and deepest else self.recent).setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]
