@@ -35,6 +35,23 @@ def setup(model_folders):
     return BenchSetup(target, parts, max_new_tokens=12)
 
 
+def test_plain_decoding_runs_on_both_sides_of_the_others_whose_order_turns_round(setup):
+    """Drift hits every method alike: per prompt and repeat, plain decoding first and last, the others between in
+    an order that reverses every other time; a speedup is against both plain runs."""
+    seen = []
+    suite = run_suite(
+        setup, PROMPTS[:2], ["vanilla", "ar", "lookahead"], repeats=2, progress=lambda d, t, what: seen.append(what)
+    )
+    runs = [what.split()[-1] for what in seen if not what.startswith("warm-up")]
+    forward, backward = ["ar", "vanilla", "lookahead", "ar"], ["ar", "lookahead", "vanilla", "ar"]
+    assert runs == forward + backward + backward + forward
+    records = suite["records"]
+    plain = [r for r in records if r["method"] == "ar"]
+    assert len(plain) == 8 and all(r["matched"] for r in records)
+    rate = sum(r["new_tokens"] for r in plain) / sum(r["wall_seconds"] for r in plain)
+    assert suite["methods"]["ar"]["tokens_per_second"] == pytest.approx(rate, rel=1e-3)
+
+
 def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     results = run_benchmark(setup, PROMPTS, ALL)
     paths = write(results, tmp_path)
@@ -49,7 +66,7 @@ def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     assert full["methods"]["vanilla"]["tau"] > 1.5
     assert methods["vanilla"]["vs_hf_assisted"] > 0
     assert set(saved["suite"]["categories"]) == {"defs", "classes"}
-    assert len(saved["suite"]["records"]) == len(PROMPTS) * len(ALL)
+    assert len(saved["suite"]["records"]) == len(PROMPTS) * (len(ALL) + 1)  # plain decoding twice a prompt
     assert {"torch", "transformers", "device", "dtype"} <= saved["environment"].keys()
     assert saved["models"]["target"] and saved["settings"]["max_new_tokens"] == 12
     assert saved["settings"]["draft_budget"] == "auto"  # the suite's default
