@@ -107,12 +107,14 @@ PLAIN_BLOCK = 6
 # drafted, while the target's weights are still coming back into the cache it pushed them out of. Off the suite
 # such probes took 12-13 ms for EAGLE-2 at depth 1 against 7.4 for a plain step, so plain steps always looked best;
 # drafting every step at depth 1 ran 1.20x plain decoding, the budget that timed its probes 1.03-1.08x.
-# Nor is the next one: drafted steps settle over three to four steps after plain ones. EAGLE-3 off the suite at a
+# Nor is the next one: EAGLE-3's drafted steps settle over three to four steps after plain ones. Off the suite at a
 # one-deep spine, by place after 16 plain steps (median of 24 switches; plain steps 7.6-8.1 ms): 14.5, 11.3, 11.1,
-# 10.8, 10.6 ms. Timing the second, the budget priced a spine at 11.7-13.9 ms, 1.5-1.8 plain steps, kept plain
-# steps (0.96-1.03x of plain decoding) where spines every step ran 1.08-1.11x, and its rare probes never corrected
-# it. So the first SETTLE drafted steps after a plain one go untimed, and a probe from plain steps drafts SETTLE + 1
-# steps when its first accepted anything.
+# 10.8, 10.6 ms (vanilla's and EAGLE-2's settle after the first: 11.3 then 9.6-9.8, 16.8 then 11.8-12.4). Timing
+# the second, the budget priced EAGLE-3's spine at 11.7-13.9 ms, 1.5-1.8 plain steps, and kept plain steps (0.96-1.03x
+# of plain decoding) where spines every step ran 1.08-1.11x. So the first SETTLE drafted steps after a plain one go
+# untimed, and a probe from plain steps drafts SETTLE + 1 steps when its first accepted anything. Interleaved over
+# five rounds with SETTLE 1 and 2 (each its own memory): EAGLE-3 1.029 -> 1.061x, Medusa 1.051 -> 1.071x, EAGLE-2
+# 1.037 -> 1.020x, vanilla 1.048 -> 1.035x: within this host's noise for each, kept on the measured settling.
 SETTLE = 2
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
