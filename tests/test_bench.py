@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from engine.bench.cost import chain_expected_length, cost_model, fit_line, predict_speedup, predictions
-from engine.bench.report import markdown, write
+from engine.bench.report import markdown, suite_table, write
 from engine.bench.run import run_benchmark
-from engine.bench.suite import BenchSetup, run_suite
+from engine.bench.suite import BenchSetup, aggregate, run_suite
 from engine.cli import main
 from engine.heads.eagle import EagleHead
 from engine.heads.medusa import MedusaHeads
@@ -50,6 +50,25 @@ def test_plain_decoding_runs_on_both_sides_of_the_others_whose_order_turns_round
     assert len(plain) == 8 and all(r["matched"] for r in records)
     rate = sum(r["new_tokens"] for r in plain) / sum(r["wall_seconds"] for r in plain)
     assert suite["methods"]["ar"]["tokens_per_second"] == pytest.approx(rate, rel=1e-3)
+
+
+def test_each_runs_speedup_is_against_the_plain_runs_of_its_prompt_and_the_table_shows_their_spread():
+    """Pooled, a slow stretch of the host moves every method's speedup; per prompt and repeat each run is set against
+    the plain runs beside it, and the table prints lowest, median and highest."""
+
+    def rec(method, prompt, repeat, tokens, seconds):
+        return {"method": method, "prompt_id": prompt, "repeat": repeat, "category": "", "new_tokens": tokens,
+                "wall_seconds": seconds, "model_seconds": seconds, "matched": True, "steps": 0}  # fmt: skip
+
+    records = [
+        rec("ar", "a", 0, 10, 1.0), rec("m", "a", 0, 10, 0.5), rec("ar", "a", 0, 10, 3.0),  # plain 5 tok/s: 4x
+        rec("ar", "b", 0, 10, 0.5), rec("m", "b", 0, 10, 1.0), rec("ar", "b", 0, 10, 0.5),  # plain 20: 0.5x
+        rec("ar", "b", 1, 10, 1.0), rec("m", "b", 1, 10, 1.0), rec("ar", "b", 1, 10, 1.0),  # 1x
+    ]  # fmt: skip
+    methods = aggregate(records)
+    assert methods["m"]["speedup_per_prompt"] == [0.5, 1.0, 4.0]
+    assert "speedup_per_prompt" not in methods["ar"]
+    assert "m 0.50-1.00-4.00x" in suite_table(methods)
 
 
 def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):

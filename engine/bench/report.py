@@ -57,6 +57,17 @@ def suite_table(methods: dict, temperature: float = 0.0) -> str:
             "one over a single token, so near-tied greedy choices can flip and the texts drift apart. transformers' "
             "own assisted and prompt-lookup rows show the same.\n"
         )
+    spreads = [
+        f"{LABELS.get(m, m)} {lo:.2f}-{mid:.2f}-{hi:.2f}x"
+        for m in _ordered(methods)
+        if (spread := methods[m].get("speedup_per_prompt"))
+        for lo, mid, hi in [spread]
+    ]
+    if spreads:
+        text += (
+            "\n*speedup per prompt* (each run against the plain runs of its prompt and repeat, lowest-median-highest: "
+            "the prompts' differences and the host's drift between runs together): " + ", ".join(spreads) + "\n"
+        )
     if "vs_hf_assisted" in methods.get("vanilla", {}):
         text += f"\nGlance vanilla vs transformers assisted generation: {methods['vanilla']['vs_hf_assisted']:.2f}x\n"
     return text

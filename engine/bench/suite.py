@@ -207,11 +207,39 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
     base = out.get("ar", {}).get("tokens_per_second")
     for row in out.values():
         row["speedup"] = round(row["tokens_per_second"] / base, 3) if base else None
+    for m, spread in _per_prompt_speedups(records).items():
+        out[m]["speedup_per_prompt"] = [round(min(spread), 3), round(_middle(spread), 3), round(max(spread), 3)]
     if "vanilla" in out and "hf_assisted" in out and out["hf_assisted"]["tokens_per_second"]:
         out["vanilla"]["vs_hf_assisted"] = round(
             out["vanilla"]["tokens_per_second"] / out["hf_assisted"]["tokens_per_second"], 3
         )
     return out
+
+
+def _per_prompt_speedups(records: list[dict]) -> dict[str, list[float]]:
+    """Per method other than plain decoding: each run's tokens per second over plain decoding's in the runs of the
+    same prompt and repeat (the plain runs on both sides of it). How far these spread shows how much of a pooled
+    speedup is the host's drift: here plain decoding's own runs of one prompt ranged 103-141 tok/s."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["prompt_id"], r.get("repeat", 0)), []).append(r)
+    out: dict[str, list[float]] = {}
+    for runs in groups.values():
+        plain = [r for r in runs if r["method"] == "ar"]
+        wall = _sum(plain, "wall_seconds")
+        if not wall or not _sum(plain, "new_tokens"):
+            continue
+        base = _sum(plain, "new_tokens") / wall
+        for r in runs:
+            if r["method"] != "ar" and r["wall_seconds"]:
+                out.setdefault(r["method"], []).append(r["new_tokens"] / r["wall_seconds"] / base)
+    return out
+
+
+def _middle(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _columns(runs: list[dict], key: str) -> list[int]:
