@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -176,6 +177,20 @@ class BenchmarkTab(QWidget):
             brushes = [variant_color(m) for m in methods]
             rows = list(range(len(methods)))
             self.plot.addItem(pg.BarGraphItem(x0=0, y=rows, width=speedups, height=0.6, brushes=brushes))
+            # whiskers: the lowest and highest speedup of one prompt's run against the plain runs beside it
+            spread = [(i, results["suite"]["methods"][m].get("speedup_per_prompt")) for i, m in enumerate(methods)]
+            spread = [(i, s) for i, s in spread if s]
+            if spread:
+                self.plot.addItem(
+                    pg.ErrorBarItem(
+                        x=np.array([s[1] for _, s in spread]),
+                        y=np.array([i for i, _ in spread], dtype=float),
+                        left=np.array([s[1] - s[0] for _, s in spread]),
+                        right=np.array([s[2] - s[1] for _, s in spread]),
+                        beam=0.2,
+                        pen=pg.mkPen("#ddd", width=1),
+                    )
+                )
             self.plot.getAxis("left").setTicks([[(i, m) for i, m in enumerate(methods)]])
             self.plot.getAxis("bottom").setTicks(None)
             self.plot.addLine(x=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pyqtgraph as pg
 import pytest
 from PySide6.QtCore import QSettings
 from PySide6.QtGui import QTextCursor
@@ -417,6 +418,10 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     methods = tab.results["suite"]["methods"]
     assert {"ar", "vanilla", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
     assert all(m["lossless"] for m in methods.values())
+    # whiskers from each method's lowest to highest speedup per prompt (plain decoding has none)
+    whiskers = [i for i in tab.plot.getPlotItem().items if isinstance(i, pg.ErrorBarItem)]
+    assert len(whiskers) == 1 and len(whiskers[0].opts["x"]) == len(methods) - 1
+    assert "speedup per prompt" in tab.table.toPlainText()
 
     tab.batch_sizes.setText("1,x")
     tab.mode.setCurrentText("batch sweep")
