@@ -191,7 +191,7 @@ class BenchmarkTab(QWidget):
                         pen=pg.mkPen("#ddd", width=1),
                     )
                 )
-            self.plot.getAxis("left").setTicks([[(i, m) for i, m in enumerate(methods)]])
+            self.plot.getAxis("left").setTicks([[(i, LABELS.get(m, m)) for i, m in enumerate(methods)]])
             self.plot.getAxis("bottom").setTicks(None)
             self.plot.addLine(x=1.0, pen=pg.mkPen("#888", style=pg.QtCore.Qt.PenStyle.DashLine))
 
