@@ -3,6 +3,7 @@ alike, after a warm-up; per-run records, then aggregates per method and per prom
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -208,7 +209,7 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
     for row in out.values():
         row["speedup"] = round(row["tokens_per_second"] / base, 3) if base else None
     for m, spread in _per_prompt_speedups(records).items():
-        out[m]["speedup_per_prompt"] = [round(min(spread), 3), round(_middle(spread), 3), round(max(spread), 3)]
+        out[m]["speedup_per_prompt"] = [round(f(spread), 3) for f in (min, statistics.median, max)]
     if "vanilla" in out and "hf_assisted" in out and out["hf_assisted"]["tokens_per_second"]:
         out["vanilla"]["vs_hf_assisted"] = round(
             out["vanilla"]["tokens_per_second"] / out["hf_assisted"]["tokens_per_second"], 3
@@ -234,12 +235,6 @@ def _per_prompt_speedups(records: list[dict]) -> dict[str, list[float]]:
             if r["method"] != "ar" and r["wall_seconds"]:
                 out.setdefault(r["method"], []).append(r["new_tokens"] / r["wall_seconds"] / base)
     return out
-
-
-def _middle(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _columns(runs: list[dict], key: str) -> list[int]:
