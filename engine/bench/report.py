@@ -58,10 +58,9 @@ def suite_table(methods: dict, temperature: float = 0.0) -> str:
             "own assisted and prompt-lookup rows show the same.\n"
         )
     spreads = [
-        f"{LABELS.get(m, m)} {lo:.2f}-{mid:.2f}-{hi:.2f}x"
+        f"{LABELS.get(m, m)} " + "-".join(f"{v:.2f}" for v in methods[m]["speedup_per_prompt"]) + "x"
         for m in _ordered(methods)
-        if (spread := methods[m].get("speedup_per_prompt"))
-        for lo, mid, hi in [spread]
+        if methods[m].get("speedup_per_prompt")
     ]
     if spreads:
         text += (
