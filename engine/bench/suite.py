@@ -227,10 +227,10 @@ def _per_prompt_speedups(records: list[dict]) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {}
     for runs in groups.values():
         plain = [r for r in runs if r["method"] == "ar"]
-        wall = _sum(plain, "wall_seconds")
-        if not wall or not _sum(plain, "new_tokens"):
+        wall, tokens = _sum(plain, "wall_seconds"), _sum(plain, "new_tokens")
+        if not wall or not tokens:
             continue
-        base = _sum(plain, "new_tokens") / wall
+        base = tokens / wall
         for r in runs:
             if r["method"] != "ar" and r["wall_seconds"]:
                 out.setdefault(r["method"], []).append(r["new_tokens"] / r["wall_seconds"] / base)
