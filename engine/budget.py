@@ -53,6 +53,11 @@ PROBE_COSTS = 5  # probes' costs remembered: the median spaces the next ones
 # switch). Counting only the first, the share rule spaced probes for half their cost, and the drafters' plain steps
 # spent 2% more time verifying than plain decoding's (2.94 against 2.88 ms a step), nearly all of it in switches.
 PROBE_TAIL = 4
+# The run's first drafted step is left out of its probe's cost: it feeds the drafter the prompt (EAGLE's head 64
+# pairs, the draft model up to 64 tokens), a cost the run pays once, whenever it first drafts, and no later probe pays
+# it again. Counted, it set the pace of every later probe: off the suite (EAGLE-2, plain steps 10-12 ms) a run's first
+# probe (RUN_PROBE_AT) cost 20-40 ms where the later ones cost 0-8, and spaced by the median of the latest five, the
+# next probe came 200-400 steps on, past the end of every 128-token run: each run probed once, at step 16.
 # A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
 # what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
 NARROW_GUESS = 0.1
@@ -514,7 +519,8 @@ class CostAwareBudget(FullBudget):
             self.plain_floor = _median(runs)
         if self.probe_open is not None and self.plain_floor < float("inf"):
             tokens = 1 + sum(accepted) / max(len(accepted), 1)  # per row: what plain steps would have taken
-            self.probe_open += draft_s + verify_s - tokens * self.plain_floor
+            if deepest == 0 or self.drafted:  # not the run's first draft (see PROBE_TAIL)
+                self.probe_open += draft_s + verify_s - tokens * self.plain_floor
             self.probe_tail = self.probe_tail + 1 if deepest == 0 else 0
             if self.probe_tail >= PROBE_TAIL:  # the cold plain steps after the probe are over
                 self.probe_costs.append(max(self.probe_open, 0.0))

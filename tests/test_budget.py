@@ -513,3 +513,23 @@ def test_acceptance_counts_fade_so_the_latest_text_outweighs_a_runs_first_stretc
     for i in range(140):
         still.observe(None, chain(2), 2 if i < 100 else 0, 0.0, 0.010)
     assert (still.accepted[0] + 1) / (still.reached[0] + 2) > 0.7
+
+
+def test_a_runs_first_catch_up_does_not_space_its_later_probes():
+    """A run's first draft feeds the drafter the prompt, a cost paid once: counted as its probe's cost, it spaced
+    every later probe (off the suite, 200-400 steps apart, past the end of every run)."""
+    memory: dict = {}
+    budget = CostAwareBudget()
+    budget.reset(memory)
+    run(budget, 300, lambda d: 0, lambda d: 0.010 if d == 0 else 0.030)  # a first run: plain steps win
+    budget.finish()
+    budget.reset(memory)
+    drafted = [0]
+
+    def seconds_of(depth: int) -> float:  # this run's first draft costs 10 plain steps, the others 3
+        drafted[0] += depth > 0
+        return 0.010 if depth == 0 else 0.100 if drafted[0] == 1 else 0.030
+
+    caps = run(budget, 300, lambda d: 0, seconds_of)
+    assert caps[0] == 0 and drafted[0] >= 2  # its first draft is a probe from plain steps, and so are later ones
+    assert budget.probe_costs and max(budget.probe_costs) < 0.05, budget.probe_costs  # 0.02 each, not 0.09
