@@ -235,17 +235,19 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
 
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
     """The target and its draft have the same architecture, and on a CPU each graph
-    holds its model's weights as constants: each must still compute with its own, over its own cache."""
+    holds its model's weights as constants: each must still compute with its own, over its own cache, in each of its
+    graphs (one token, two (STATIC_TOKENS), several)."""
     target, draft, _, _, _ = compiled
-    ids = torch.randint(0, 96, (1, 12), generator=torch.Generator().manual_seed(3))
+    ids = torch.randint(0, 96, (1, 14), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         for model in (target, draft, target):
             forward = forward_for(model)
             cache = forward.new_cache(16)
             forward(ids[:, :8], cache)  # eager prefill
-            one, several = forward(ids[:, 8:9], cache).logits, forward(ids[:, 9:], cache).logits
-            whole = model(input_ids=ids).logits  # [1, 12, V], eager, no cache
-            torch.testing.assert_close(torch.cat([one, several], 1), whole[:, 8:], atol=1e-4, rtol=1e-4)
+            one, two = forward(ids[:, 8:9], cache).logits, forward(ids[:, 9:11], cache).logits
+            several = forward(ids[:, 11:], cache).logits
+            whole = model(input_ids=ids).logits  # [1, 14, V], eager, no cache
+            torch.testing.assert_close(torch.cat([one, two, several], 1), whole[:, 8:], atol=1e-4, rtol=1e-4)
 
 
 def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compiled):
