@@ -341,8 +341,10 @@ class CompiledForward(torch.nn.Module):
             with torch.no_grad():
                 cache = self.new_cache(16)
                 self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
-                widths = ((1, "one token"), (STATIC_TOKENS, "two tokens"), (3, "several tokens"))
-                for i, (width, what) in enumerate(widths if rows == 1 else widths[::2]):
+                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens"), (3, "several tokens")]
+                if rows > 1:  # batches run the symbolic graph at two tokens too (see forward)
+                    widths.remove((STATIC_TOKENS, "two tokens"))
+                for i, (width, what) in enumerate(widths):
                     if progress is not None:
                         batch = f" in batches of {rows}" if rows > 1 else ""
                         progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
