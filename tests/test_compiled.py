@@ -229,8 +229,12 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
     with torch.no_grad():
         values, ids = candidates(heads)(x, k, log_probs=False)  # [K, 1, k]: the graph
         eager_values, eager_ids = top_candidates(heads, x, k, log_probs=False)
+        first_values, first_ids = candidates(heads)(x, k, log_probs=False, first=True)  # [1, 1, k]: head 0's graph
     assert ids.shape == (heads.num_heads, 1, k) and torch.equal(ids, eager_ids)
     torch.testing.assert_close(values, eager_values)
+    assert sorted(compiled_readout_of(heads).graphs) == [(k, False, False), (k, False, True)]  # both warmed at load
+    assert first_ids.shape == (1, 1, k) and torch.equal(first_ids, eager_ids[:1])
+    torch.testing.assert_close(first_values, eager_values[:1])
 
 
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
@@ -256,9 +260,9 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
     for method in ("eagle", "eagle3"):  # count the heads' compiled steps: drafting must run them
         step = compiled_step_of(make[method]().head)
         step.graph = counted(step.graph, calls, method)
-    readout = compiled_readout_of(make["medusa"]().heads)  # and Medusa's compiled read-out
-    (key,) = readout.graphs
-    readout.graphs[key] = counted(readout.graphs[key], calls, "medusa")
+    readout = compiled_readout_of(make["medusa"]().heads)  # and Medusa's compiled read-outs (every head; head 0)
+    for key in readout.graphs:
+        readout.graphs[key] = counted(readout.graphs[key], calls, "medusa")
     first = decode_all(target, make, PROMPTS)
     assert first == eager
     assert calls["eagle"] > NEW and calls["eagle3"] > NEW and calls["medusa"] > NEW / 4, calls
@@ -279,9 +283,9 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
     medusa = make["medusa"]()  # and Medusa's batched read-out
     readout = compiled_readout_of(medusa.heads)
     readout.warm_up(medusa.topk, rows=2)
-    (key,) = readout.graphs
-    rows_read, graph = [], readout.graphs[key]
-    readout.graphs[key] = lambda x: rows_read.append(x.shape[0]) or graph(x)
+    rows_read = []
+    for key, graph in list(readout.graphs.items()):  # every head's graph and head 0's
+        readout.graphs[key] = lambda x, graph=graph: rows_read.append(x.shape[0]) or graph(x)
     graphs = counters["stats"]["unique_graphs"]
     for method in ("ar", "vanilla", "medusa", "eagle", "eagle3"):
         assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
@@ -353,7 +357,7 @@ def test_a_medusa_read_out_that_fails_mid_run_finishes_the_run_eager():
     readout = CompiledReadout(heads)
 
     drafter = MedusaDrafter(heads, "cpu_16")
-    readout.graphs[(drafter.topk, False)] = _broken_graph
+    readout.graphs[(drafter.topk, False, False)] = readout.graphs[(drafter.topk, False, True)] = _broken_graph
     candidates(heads).__dict__["compiled"] = readout
     try:
         res = Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1])
@@ -373,9 +377,9 @@ def test_a_medusa_tree_that_reads_another_k_compiles_its_read_out_when_built():
     assert compile_readout(heads, default.topk).compiled
     try:
         readout = compiled_readout_of(heads)
-        assert list(readout.graphs) == [(1, False)]
+        assert list(readout.graphs) == [(1, False, False), (1, False, True)]  # every head's graph; head 0's
         wide = MedusaDrafter(heads, "cpu_16")
-        assert wide.topk > 1 and (wide.topk, False) in readout.graphs
+        assert wide.topk > 1 and {(wide.topk, False, False), (wide.topk, False, True)} <= set(readout.graphs)
         graphs = len(readout.graphs)
         res = Decoder(target, wide, max_new_tokens=NEW).generate(PROMPTS[1])
         assert res.tokens == reference(target, PROMPTS[1])[:NEW] and len(readout.graphs) == graphs

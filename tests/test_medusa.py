@@ -69,6 +69,34 @@ def test_shared_lm_head_is_read_once_per_proposal():
     torch.testing.assert_close(logits, expected)
 
 
+def test_a_draft_one_token_deep_reads_head_0_alone():
+    """A budget that caps the draft at one token needs head 0's candidates only: the proposal must not run the other
+    heads (three quarters of the read-out), must draft what reading every head would, and stay lossless."""
+    from engine.budget import FullBudget
+
+    class OneDeep(FullBudget):
+        name = "one-deep"
+
+        def choose(self, left=None):
+            return 1
+
+    target = tiny_model("llama", sharpen=4.0)
+    heads = random_heads(target, shared=True)
+    drafter = MedusaDrafter(heads, "cpu_16")
+    every_head = heads.logits
+    heads.logits = lambda hidden: pytest.fail("a one-deep draft read every head")
+    try:
+        res = Decoder(target, drafter, max_new_tokens=NEW, budget=OneDeep()).generate(PROMPTS[1])
+        assert res.tokens == reference(target, PROMPTS[1])
+        assert res.summary.steps < NEW - 1  # drafts were made and accepted, one token deep
+        drafter.unchecked = []
+        one = drafter.propose(None, 1)
+    finally:
+        heads.logits = every_head
+    full = drafter.tree_from(heads(drafter.hidden[None])[:, 0].topk(drafter.topk, dim=-1).indices.tolist(), 1)
+    assert one.tokens == full.tokens and one.parents == full.parents == [-1] * len(drafter.first_ranks)
+
+
 def test_medusa_exact_sampling_matches_target():
     V = 12
     prompt = [5, 6, 5, 6]

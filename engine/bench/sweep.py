@@ -70,8 +70,8 @@ def run_sweep(
         if readout is not None:
             if progress:
                 progress(done, total, "compiling the Medusa heads' read-out in batches")
-            for k, _ in list(readout.graphs):  # every k a proposal asked for so far (the default tree's at load)
-                readout.warm_up(k, rows=2)
+            for k in {k for k, _, _ in readout.graphs}:  # every k a proposal asked for so far (the default tree's
+                readout.warm_up(k, rows=2)  # at load), every head's graph and head 0's
     for m in methods:  # warm-up at batch 2
         BatchDecoder(setup.target.model, decoder(m).make_drafter, setup.sampling, 8, setup.eos).generate(encoded[:2])
         done += 1

@@ -133,7 +133,7 @@ class MedusaDrafter(Drafter):
         self.unchecked_from = 0  # the index in the tokens of the one the first of them emitted
         self.matches: list[bool] = []
         readout = compiled_readout_of(heads)
-        if readout is not None and (self.topk, False) not in readout.graphs:
+        if readout is not None and (self.topk, False, False) not in readout.graphs:
             readout.warm_up(self.topk)  # a tree reading another k than the one compiled at load: now, not mid-run
 
     def reset(self) -> None:
@@ -149,8 +149,9 @@ class MedusaDrafter(Drafter):
         if len(self.unchecked) > 1:
             self._check_unchecked(state.tokens)
         self.unchecked = []
-        # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]
-        top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False).indices[:, 0]  # [K, k]
+        # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]; a draft one token deep reads head 0 only
+        first = max_tokens == 1
+        top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False, first=first).indices[:, 0]  # [K, k]
         return self.tree_from(top.tolist(), max_tokens)
 
     def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:
@@ -214,9 +215,10 @@ class BatchedHeads:
         live = [b for b, d in enumerate(self.rows) if active[b] and d.hidden is not None and max_tokens[b] >= 1]
         if not live:
             return drafts
-        first = self.rows[live[0]]
+        lead = self.rows[live[0]]
         hidden = torch.stack([self.rows[b].hidden for b in live])  # [rows, H]
-        top = candidates(first.heads)(hidden, first.topk, log_probs=False).indices  # [K, rows, k]
+        first = max(max_tokens[b] for b in live) == 1  # every row one token deep: head 0 alone
+        top = candidates(lead.heads)(hidden, lead.topk, log_probs=False, first=first).indices  # [K, rows, k]
         top = top.transpose(0, 1).tolist()  # [rows, K, k], to the host once
         for j, b in enumerate(live):
             drafts[b] = self.rows[b].tree_from(top[j], max_tokens[b])

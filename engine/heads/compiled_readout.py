@@ -4,8 +4,10 @@
 Eager, the read-out of the bundled heads is four small products, a stack, the projection and a top-k: 0.71 ms alone,
 1.0 ms inside a decoding step, against 0.48 compiled (the blocks fused, the projection inductor's own product). A
 drafted step on this CPU costs 4.8 ms where a plain one costs 2.9, so the read-out was a fifth of what a draft adds.
-One function per (k, log_probs) a caller asks for, with a graph for one row and one for any number of rows (the
-batch sweep warms that one up before its timed cells).
+One function per (k, log_probs, first) a caller asks for, with a graph for one row and one for any number of rows (the
+batch sweep warms that one up before its timed cells). `first` reads head 0 alone: a draft one token deep, the draft
+budget's commonest choice off the suite, needs nothing deeper, and the one-head graph skips three quarters of the
+read-out.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ from engine.forward import CompileReport, compile_function, compile_timed, warme
 from engine.heads.readout import candidates, readouts, top_candidates
 
 
-def _readout_function(heads: torch.nn.Module, k: int, log_probs: bool):
-    """`top_candidates` of `heads` for fixed `k` and `log_probs`, under a code object of its own (one short dynamo
-    cache per graph)."""
+def _readout_function(heads: torch.nn.Module, k: int, log_probs: bool, first: bool):
+    """`top_candidates` of `heads` for fixed `k`, `log_probs` and `first`, under a code object of its own (one short
+    dynamo cache per graph)."""
 
     def readout(x):
-        return top_candidates(heads, x, k, log_probs)
+        return top_candidates(heads, x, k, log_probs, first)
 
-    code = readout.__code__.replace(co_name=f"readout_{type(heads).__name__}_{id(heads):x}_{k}_{int(log_probs)}")
+    tag = f"{k}_{int(log_probs)}_{int(first)}"
+    code = readout.__code__.replace(co_name=f"readout_{type(heads).__name__}_{id(heads):x}_{tag}")
     return types.FunctionType(code, readout.__globals__, code.co_name, None, readout.__closure__)
 
 
@@ -35,7 +38,7 @@ class CompiledReadout:
 
     def __init__(self, heads: torch.nn.Module) -> None:
         self.heads = heads
-        self.graphs: dict[tuple[int, bool], object] | None = {}
+        self.graphs: dict[tuple[int, bool, bool], object] | None = {}  # (k, log_probs, first) -> graph
         self.strict = False  # while warming up: a compile error propagates
         self.failure: str | None = None
 
@@ -43,29 +46,33 @@ class CompiledReadout:
         """Whether a graph runs this call: compiled, and rows of hidden states [rows, H]."""
         return self.graphs is not None and x.dim() == 2
 
-    def __call__(self, x: torch.Tensor, k: int, log_probs: bool = True):
-        """(values, indices) [K, rows, k], as `top_candidates` gives them."""
-        key = (k, log_probs)
+    def __call__(self, x: torch.Tensor, k: int, log_probs: bool = True, first: bool = False):
+        """(values, indices) [K, rows, k] ([1, rows, k] with `first`), as `top_candidates` gives them."""
+        key = (k, log_probs, first)
         try:
             graph = self.graphs.get(key)
             if graph is None:
-                graph = self.graphs[key] = compile_function(_readout_function(self.heads, k, log_probs))
+                graph = self.graphs[key] = compile_function(_readout_function(self.heads, k, log_probs, first))
             return graph(x)
         except Exception as exc:  # a compile error: this run and the next ones read out eager
             if self.strict:
                 raise
             self.graphs = None
             self.failure = f"torch.compile failed ({reason(exc)}): reading the {type(self.heads).__name__} out eager"
-            return top_candidates(self.heads, x, k, log_probs)
+            return top_candidates(self.heads, x, k, log_probs, first)
 
-    def warm_up(self, k: int, rows: int = 1) -> None:
-        """Compile the graph a proposal of `k` candidates per head for `rows` rows uses (one row; more than one: every
-        batch) now rather than in a timed run."""
+    def warm_up(self, k: int, rows: int = 1, first: bool | None = None) -> None:
+        """Compile the graphs a proposal of `k` candidates per head for `rows` rows uses (one row; more than one: every
+        batch) now rather than in a timed run: every head's and, where the heads have one (`first` None: Medusa's),
+        head 0's alone; `first` True or False: that one only."""
         p = next(self.heads.parameters())
+        firsts = [first] if first is not None else [False, True] if hasattr(self.heads, "first_logits") else [False]
         self.strict = True
         try:
             with torch.no_grad():
-                self(torch.zeros(rows, p.shape[-1], dtype=p.dtype, device=p.device), k, log_probs=False)
+                x = torch.zeros(rows, p.shape[-1], dtype=p.dtype, device=p.device)
+                for f in firsts:
+                    self(x, k, log_probs=False, first=f)
         finally:
             self.strict = False
 

@@ -16,28 +16,29 @@ import torch
 from torch import nn
 
 
-def top_candidates(head: nn.Module, x: torch.Tensor, k: int, log_probs: bool = True):
+def top_candidates(head: nn.Module, x: torch.Tensor, k: int, log_probs: bool = True, first: bool = False):
     """(values, indices) [..., k]: the k best tokens per row of `head.logits(x)` [..., V], with their
-    log-probabilities (`log_probs=False`: raw logits, enough when only the ids are read)."""
-    logits = head.logits(x).float()  # [..., V]
+    log-probabilities (`log_probs=False`: raw logits, enough when only the ids are read). `first`: Medusa's head 0
+    alone, [1, ..., k] (a draft one token deep reads nothing deeper)."""
+    logits = (head.first_logits(x)[None] if first else head.logits(x)).float()  # [..., V]
     if log_probs:
         logits = torch.log_softmax(logits, dim=-1)
     return logits.topk(min(k, logits.shape[-1]), dim=-1)
 
 
 class TopCandidates(nn.Module):
-    """forward(x [..., H], k) -> (values, indices) [..., k]: `top_candidates` of the head."""
+    """forward(x [..., H], k, log_probs, first) -> (values, indices) [..., k]: `top_candidates` of the head."""
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
         self.__dict__["head"] = weakref.ref(head)  # not a submodule, and no cycle that keeps the head alive
         self.__dict__["compiled"] = None  # a CompiledReadout, when the session compiles Medusa's read-out
 
-    def forward(self, x: torch.Tensor, k: int, log_probs: bool = True):
+    def forward(self, x: torch.Tensor, k: int, log_probs: bool = True, first: bool = False):
         compiled = self.compiled
         if compiled is not None and compiled.takes(x):
-            return compiled(x, k, log_probs)
-        return top_candidates(self.head(), x, k, log_probs)
+            return compiled(x, k, log_probs, first)
+        return top_candidates(self.head(), x, k, log_probs, first)
 
 
 def run_draft_step(head: nn.Module, tokens, features, positions, cache, mask, k: int):
