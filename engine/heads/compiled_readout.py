@@ -61,12 +61,11 @@ class CompiledReadout:
             self.failure = f"torch.compile failed ({reason(exc)}): reading the {type(self.heads).__name__} out eager"
             return top_candidates(self.heads, x, k, log_probs, first)
 
-    def warm_up(self, k: int, rows: int = 1, first: bool | None = None) -> None:
+    def warm_up(self, k: int, rows: int = 1) -> None:
         """Compile the graphs a proposal of `k` candidates per head for `rows` rows uses (one row; more than one: every
-        batch) now rather than in a timed run: every head's and, where the heads have one (`first` None: Medusa's),
-        head 0's alone; `first` True or False: that one only."""
+        batch) now rather than in a timed run: every head's and, where the heads have one (Medusa's), head 0's alone."""
         p = next(self.heads.parameters())
-        firsts = [first] if first is not None else [False, True] if hasattr(self.heads, "first_logits") else [False]
+        firsts = [False, True] if hasattr(self.heads, "first_logits") else [False]
         self.strict = True
         try:
             with torch.no_grad():
