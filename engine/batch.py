@@ -139,6 +139,7 @@ class BatchDecoder:
                 d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
         budget = self.budget if drafters[0].budgeted else FullBudget()
         budget.reset(remembered(self.target, drafters[0], B, self.sampling))
+        budget.price_forwards(lambda widths: measured_once(self.target, B, widths))
         hidden = drafters[0].needs_hidden_states
         self.feature_layers = drafters[0].feature_layers
         gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]

@@ -12,6 +12,7 @@ import bisect
 import json
 import random
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from engine.errors import GlanceError
@@ -61,6 +62,15 @@ PROBE_TAIL = 4
 # A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
 # what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
 NARROW_GUESS = 0.1
+# A narrow step is timed only when chosen, and chosen only when its price is best, so a price set by cold steps
+# stays: off the suite (bf16 EPYC) EAGLE-3's one-deep spine stayed priced at 12.5 and then 10.3 ms for eight runs
+# while it cost 7.0-7.5 ms warm (a fixed one-deep spine every step ran 1.09-1.30x of plain decoding where the budget
+# ran 0.93-1.04x), and EAGLE-2's at 10.2 ms against 4.5-5.8 ms plain steps kept it plain for the rest of a session.
+# So a spine d deep costs at most what drafting d deep took (the latest timed steps, tree or spine: a spine drafts
+# what the tree drafts) plus a plain step scaled by the target's steady forward cost of d + 1 tokens against one
+# (engine.forward_timing.measured_once, timed once a session for 1 to SPINE_WIDTHS tokens; NARROW_GUESS per token
+# where none was timed). Measured there: a spine's verify 0.3-1.0 ms above a plain step's 5.0-6.2.
+SPINE_WIDTHS = 5
 # Acceptance counts fade by this every step, drafted or plain: about the latest 33 steps weigh. Counted for good, a
 # run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all through a prompt where
 # they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before. Faded per drafted row
@@ -161,6 +171,10 @@ class FullBudget:
     def finish(self) -> None:
         """The run ended: write what it learned to the memory `reset` was given."""
 
+    def price_forwards(self, measure: Callable[[tuple[int, ...]], dict[int, float]]) -> None:
+        """After `reset`: `measure(widths)` gives the target's steady forward seconds per token count (cost-aware
+        budgets price a spine's verify with it; see SPINE_WIDTHS). A full budget measures nothing."""
+
     def choose(self, left: int | None = None) -> int | None:
         """The depth cap for the next step; None: no cap. `left`: the most tokens any row may still emit."""
         return None
@@ -222,6 +236,8 @@ class CostAwareBudget(FullBudget):
     spine_reached: list[float] = field(default_factory=list)
     spine_accepted: list[float] = field(default_factory=list)
     narrow_recent: dict[int, list[float]] = field(default_factory=dict)  # spine depth -> seconds of latest steps
+    draft_recent: dict[int, list[float]] = field(default_factory=dict)  # depth -> drafting seconds of latest steps
+    forward_ratios: dict[int, float] = field(default_factory=dict)  # tokens -> a forward's cost against one token's
     quiet_until: int = 0  # plain steps without re-rating until this step (QUIET)
     last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
     # drafted steps in a row since the last plain step (the first `settle` are not timed); None: no plain step yet
@@ -261,6 +277,7 @@ class CostAwareBudget(FullBudget):
                 self.spine_reached = [r * scale for r in memory["spine_reached"]]
                 self.spine_accepted = [a * scale for a in memory["spine_accepted"]]
                 self.narrow_recent = {d: list(v) for d, v in memory["narrow_recent"].items()}
+                self.draft_recent = {d: list(v) for d, v in memory.get("draft_recent", {}).items()}
             self.steps = WARMUP_STEPS
             # probes keep their pace across runs (reset every run, runs of 32 tokens ended before the first probe,
             # and plain steps were kept for good), but a new text is probed early (RUN_PROBE_AT)
@@ -284,11 +301,17 @@ class CostAwareBudget(FullBudget):
                 spine_reached=list(self.spine_reached),
                 spine_accepted=list(self.spine_accepted),
                 narrow_recent={d: list(v) for d, v in self.narrow_recent.items()},
+                draft_recent={d: list(v) for d, v in self.draft_recent.items()},
                 probes=self.probes,
                 idle_probes=self.idle_probes,
                 probe_costs=list(self.probe_costs),
                 probe_in=max(0, self.next_probe - self.steps),
             )
+
+    def price_forwards(self, measure: Callable[[tuple[int, ...]], dict[int, float]]) -> None:
+        costs = measure(tuple(range(1, SPINE_WIDTHS + 1)))
+        if costs.get(1):
+            self.forward_ratios = {k: c / costs[1] for k, c in costs.items()}
 
     def choose(self, left: int | None = None) -> int | None:
         self.narrow = False
@@ -419,7 +442,7 @@ class CostAwareBudget(FullBudget):
         a plain step (optimistic: the first narrow steps measure it)."""
         plain = self.plain_floor if self.plain_floor < float("inf") else min(self.recent.get(0, [0.0]))
         known = [0] + sorted(d for d in self.narrow_recent if d > 0)
-        medians = [plain] + [_median(self.narrow_recent[d]) for d in known[1:]]
+        medians = [plain] + [self._narrow_median(d, plain) for d in known[1:]]
         if len(known) == 1:
             slope = NARROW_GUESS * plain
         else:
@@ -433,6 +456,15 @@ class CostAwareBudget(FullBudget):
                 lo, hi = known[i - 1], known[i]
                 out.append(medians[i - 1] + (medians[i] - medians[i - 1]) * (cap - lo) / (hi - lo))
         return out
+
+    def _narrow_median(self, depth: int, plain: float) -> float:
+        """The median of the spine's latest steps at `depth`, at most drafting that deep plus a plain step scaled to
+        verify depth + 1 tokens (see SPINE_WIDTHS)."""
+        measured = _median(self.narrow_recent[depth])
+        if depth not in self.draft_recent:
+            return measured
+        ratio = self.forward_ratios.get(depth + 1, 1 + NARROW_GUESS * depth)
+        return min(measured, _median(self.draft_recent[depth]) + plain * ratio)
 
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
@@ -535,6 +567,10 @@ class CostAwareBudget(FullBudget):
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         if self.in_row is not None and 0 < self.in_row <= self.settle:
             return  # its time is the switch's, not its depth's (see SETTLE)
+        if deepest:
+            drafting = self.draft_recent.setdefault(deepest, [])
+            drafting.append(draft_s)
+            del drafting[:-KEEP]
         kept = (self.narrow_recent if self.narrow and deepest else self.recent).setdefault(deepest, [])
         kept.append(draft_s + verify_s)
         del kept[:-KEEP]

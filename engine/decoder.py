@@ -123,6 +123,7 @@ class Decoder:
             drafter.fit_batch(1, lambda widths: measured_once(self.target, 1, widths))
         drafter.reset()
         self.budget.reset(remembered(self.target, drafter, 1, self.sampling))
+        self.budget.price_forwards(lambda widths: measured_once(self.target, 1, widths))
         self.check_fits(len(prompt_ids))
         self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
         cache = self.forward.new_cache(len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)

@@ -6,6 +6,7 @@ from engine.budget import (
     EXPLORE_EVERY,
     FADE,
     MAX_BACKOFF,
+    NARROW_GUESS,
     PRIOR_WEIGHT,
     SETTLE,
     WARMUP_STEPS,
@@ -533,3 +534,44 @@ def test_a_runs_first_catch_up_does_not_space_its_later_probes():
     caps = run(budget, 300, lambda d: 0, seconds_of)
     assert caps[0] == 0 and drafted[0] >= 2  # its first draft is a probe from plain steps, and so are later ones
     assert budget.probe_costs and max(budget.probe_costs) < 0.05, budget.probe_costs  # 0.02 each, not 0.09
+
+
+def test_a_spine_priced_by_its_cold_first_steps_is_chosen_again():
+    """Off the suite: the spine's first timed steps ran cold (25 ms where warm ones take 11), so the budget drafted
+    whole trees (15 ms for 1.6 tokens) and, never choosing the spine, never timed it again. A spine costs at most its
+    drafting plus a plain step scaled to its forward: it is chosen again, timed warm, and stays."""
+    budget = CostAwareBudget()
+    budget.price_forwards(lambda widths: {k: 0.004 * (1 + 0.05 * (k - 1)) for k in widths})
+    shapes = []
+    for i in range(300):
+        cap = budget.choose()
+        draft = tree(4 if cap is None else min(cap, 4))
+        if budget.narrow:
+            draft = draft.spine()
+        kids = draft.children(-1)
+        path = [kids[0]] if kids and i % 2 == 0 else [kids[1]] if len(kids) > 1 and i % 10 == 1 else []
+        verify = 0.010 + 0.002 * max(len(draft) - 1, 0)  # every verified token past the first costs 2 ms
+        if budget.narrow and i < 60:
+            verify += 0.015  # the spine's first steps run cold
+        budget.observe(cap, draft, len(path), 0.001 if len(draft) else 0.0, verify, path)
+        shapes.append((cap, budget.narrow))
+    later = shapes[200:]
+    assert sum(narrow and cap == 1 for cap, narrow in later) > 0.7 * len(later), later
+
+
+def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured_forward():
+    """Two tokens measured at 1.3 one token's forward: a one-deep spine whose cold steps took 30 ms is priced at its
+    drafting (2 ms) plus 1.3 plain steps (10 ms each); without a measurement, NARROW_GUESS per spine token."""
+    for measured, ratio in ((True, 1.3), (False, 1 + NARROW_GUESS)):
+        budget = CostAwareBudget()
+        if measured:
+            budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
+        budget.plain_floor = 0.010
+        budget.branched = True
+        budget.drafted = True
+        budget.narrow = True
+        budget.observe(1, tree(1).spine(), 1, 0.002, 0.028, [0])
+        assert budget._narrow_seconds([1])[0] == pytest.approx(0.002 + 0.010 * ratio)
+        budget.narrow = False
+        budget.observe(1, tree(1), 1, 0.004, 0.012, [0])  # a tree's drafting counts too (a spine drafts the same)
+        assert budget._narrow_seconds([1])[0] == pytest.approx(0.003 + 0.010 * ratio)
