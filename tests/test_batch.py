@@ -235,6 +235,25 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
     assert all(r.tokens == refs[tuple(PROMPTS[1])] for r in runs)
 
 
+def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(setup):
+    """A cost-aware budget gets the target's steady forward cost of 1 to SPINE_WIDTHS tokens against one token's,
+    measured at the decoder's batch size (engine.forward_timing.measured_once)."""
+    from engine.budget import SPINE_WIDTHS
+    from engine.decoder import Decoder
+    from engine.forward_timing import measured_once
+
+    target, make, refs = setup
+    widths = tuple(range(1, SPINE_WIDTHS + 1))
+    for rows, run in (
+        (1, lambda b: Decoder(target, make["eagle"](), max_new_tokens=4, budget=b).generate(PROMPTS[0])),
+        (2, lambda b: BatchDecoder(target, make["eagle"], max_new_tokens=4, budget=b).generate(PROMPTS[:2])),
+    ):
+        budget = CostAwareBudget()
+        run(budget)
+        costs = measured_once(target, rows, widths)
+        assert budget.forward_ratios == {k: costs[k] / costs[1] for k in widths}
+
+
 def test_lookahead_fits_its_window_to_the_measured_forward_costs():
     """The window with the most expected tokens (`expected_tau`, the lookahead paper's log scaling) per second of
     the measured batch forward: costs that double by 20 tokens a row (about the AVX2 EPYC's at one row) give a small
