@@ -575,3 +575,16 @@ def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured
         budget.narrow = False
         budget.observe(1, tree(1), 1, 0.004, 0.012, [0])  # a tree's drafting counts too (a spine drafts the same)
         assert budget._narrow_seconds([1])[0] == pytest.approx(0.003 + 0.010 * ratio)
+
+
+def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
+    """Vanilla's one-deep chain stayed priced at its cold probes' 6.4-7.0 ms against 4.1-4.3 ms plain steps: a chain
+    verifies depth + 1 tokens, so it costs at most its drafting plus the scaled plain step. A tree verifies more
+    tokens than its depth tells: its measured price stands."""
+    for branched, bounded in ((False, True), (True, False)):
+        budget = CostAwareBudget()
+        budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
+        budget.plain_floor, budget.drafted, budget.branched = 0.010, True, branched
+        draft = tree(1) if branched else chain(1)
+        budget.observe(1, draft, 1, 0.002, 0.028, [0])  # a cold step: 30 ms
+        assert budget.seconds(1) == pytest.approx(0.002 + 0.010 * 1.3 if bounded else 0.030)
