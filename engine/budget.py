@@ -71,6 +71,11 @@ NARROW_GUESS = 0.1
 # (engine.forward_timing.measured_once, timed once a session for 1 to SPINE_WIDTHS tokens; NARROW_GUESS per token
 # where none was timed). Measured there: a spine's verify 0.3-1.0 ms above a plain step's 5.0-6.2.
 SPINE_WIDTHS = 5
+# ... but only while the price is stale: no step at that depth timed in the last STALE_STEPS steps (this run's or,
+# by age, the last run's). A fresh price stands: the bound leaves out the host work a drafted step adds to its verify
+# and the cold switches of a budget that alternates, and applied always it drafted Medusa's spine on 70% of the
+# suite's steps at 0.88x of plain decoding, where the measured price kept it at plain steps (0.98x).
+STALE_STEPS = 24
 # Acceptance counts fade by this every step, drafted or plain: about the latest 33 steps weigh. Counted for good, a
 # run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all through a prompt where
 # they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before. Faded per drafted row
@@ -238,6 +243,7 @@ class CostAwareBudget(FullBudget):
     narrow_recent: dict[int, list[float]] = field(default_factory=dict)  # spine depth -> seconds of latest steps
     draft_recent: dict[int, list[float]] = field(default_factory=dict)  # depth -> drafting seconds of latest steps
     forward_ratios: dict[int, float] = field(default_factory=dict)  # tokens -> a forward's cost against one token's
+    timed_at: dict[tuple[bool, int], int] = field(default_factory=dict)  # (narrow, depth) -> step last timed
     quiet_until: int = 0  # plain steps without re-rating until this step (QUIET)
     last_depth: int = 0  # the previous step's deepest draft (a drafted step after a plain one is not timed)
     # drafted steps in a row since the last plain step (the first `settle` are not timed); None: no plain step yet
@@ -279,6 +285,7 @@ class CostAwareBudget(FullBudget):
                 self.narrow_recent = {d: list(v) for d, v in memory["narrow_recent"].items()}
                 self.draft_recent = {d: list(v) for d, v in memory.get("draft_recent", {}).items()}
             self.steps = WARMUP_STEPS
+            self.timed_at = {(n, d): self.steps - age for n, d, age in memory.get("timed_ages", [])}
             # probes keep their pace across runs (reset every run, runs of 32 tokens ended before the first probe,
             # and plain steps were kept for good), but a new text is probed early (RUN_PROBE_AT)
             self.probes, self.idle_probes = memory.get("probes", 0), memory.get("idle_probes", 0)
@@ -302,6 +309,7 @@ class CostAwareBudget(FullBudget):
                 spine_accepted=list(self.spine_accepted),
                 narrow_recent={d: list(v) for d, v in self.narrow_recent.items()},
                 draft_recent={d: list(v) for d, v in self.draft_recent.items()},
+                timed_ages=[(n, d, self.steps - at) for (n, d), at in self.timed_at.items()],
                 probes=self.probes,
                 idle_probes=self.idle_probes,
                 probe_costs=list(self.probe_costs),
@@ -461,7 +469,7 @@ class CostAwareBudget(FullBudget):
         """The median of the spine's latest steps at `depth`, at most drafting that deep plus a plain step scaled to
         verify depth + 1 tokens (see SPINE_WIDTHS)."""
         measured = _median(self.narrow_recent[depth])
-        if depth not in self.draft_recent:
+        if depth not in self.draft_recent or self._fresh(True, depth):
             return measured
         ratio = self.forward_ratios.get(depth + 1, 1 + NARROW_GUESS * depth)
         return min(measured, _median(self.draft_recent[depth]) + plain * ratio)
@@ -473,7 +481,13 @@ class CostAwareBudget(FullBudget):
         measured = _median(self.recent[depth])
         if self.branched or depth not in self.draft_recent or depth + 1 not in self.forward_ratios:
             return measured
+        if self._fresh(False, depth):
+            return measured
         return min(measured, _median(self.draft_recent[depth]) + plain * self.forward_ratios[depth + 1])
+
+    def _fresh(self, narrow: bool, depth: int) -> bool:
+        """Whether a step at `depth` (a spine's when `narrow`) was timed in the last STALE_STEPS steps."""
+        return self.steps - self.timed_at.get((narrow, depth), -STALE_STEPS - 1) <= STALE_STEPS
 
     def rate(self, cap: int) -> float:
         return self.expected_tokens(cap) / max(self.seconds(cap), 1e-9)
@@ -582,6 +596,7 @@ class CostAwareBudget(FullBudget):
             del drafting[:-KEEP]
         kept = (self.narrow_recent if self.narrow and deepest else self.recent).setdefault(deepest, [])
         kept.append(draft_s + verify_s)
+        self.timed_at[(self.narrow and deepest > 0, deepest)] = self.steps
         del kept[:-KEEP]
 
 

@@ -9,6 +9,7 @@ from engine.budget import (
     NARROW_GUESS,
     PRIOR_WEIGHT,
     SETTLE,
+    STALE_STEPS,
     WARMUP_STEPS,
     CostAwareBudget,
     FullBudget,
@@ -560,8 +561,9 @@ def test_a_spine_priced_by_its_cold_first_steps_is_chosen_again():
 
 
 def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured_forward():
-    """Two tokens measured at 1.3 one token's forward: a one-deep spine whose cold steps took 30 ms is priced at its
-    drafting (2 ms) plus 1.3 plain steps (10 ms each); without a measurement, NARROW_GUESS per spine token."""
+    """Two tokens measured at 1.3 one token's forward: a one-deep spine whose cold steps took 30 ms, once that price
+    is STALE_STEPS old, is priced at its drafting (2 ms) plus 1.3 plain steps (10 ms each); without a measurement,
+    NARROW_GUESS per spine token."""
     for measured, ratio in ((True, 1.3), (False, 1 + NARROW_GUESS)):
         budget = CostAwareBudget()
         if measured:
@@ -571,6 +573,8 @@ def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured
         budget.drafted = True
         budget.narrow = True
         budget.observe(1, tree(1).spine(), 1, 0.002, 0.028, [0])
+        assert budget._narrow_seconds([1])[0] == pytest.approx(0.030)  # fresh: the measured price stands
+        budget.steps += STALE_STEPS + 1
         assert budget._narrow_seconds([1])[0] == pytest.approx(0.002 + 0.010 * ratio)
         budget.narrow = False
         budget.observe(1, tree(1), 1, 0.004, 0.012, [0])  # a tree's drafting counts too (a spine drafts the same)
@@ -579,12 +583,14 @@ def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured
 
 def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
     """Vanilla's one-deep chain stayed priced at its cold probes' 6.4-7.0 ms against 4.1-4.3 ms plain steps: a chain
-    verifies depth + 1 tokens, so it costs at most its drafting plus the scaled plain step. A tree verifies more
-    tokens than its depth tells: its measured price stands."""
+    verifies depth + 1 tokens, so once its price is stale it costs at most its drafting plus the scaled plain step.
+    A tree verifies more tokens than its depth tells: its measured price stands."""
     for branched, bounded in ((False, True), (True, False)):
         budget = CostAwareBudget()
         budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
         budget.plain_floor, budget.drafted, budget.branched = 0.010, True, branched
         draft = tree(1) if branched else chain(1)
         budget.observe(1, draft, 1, 0.002, 0.028, [0])  # a cold step: 30 ms
+        assert budget.seconds(1) == pytest.approx(0.030)  # fresh: the measured price stands
+        budget.steps += STALE_STEPS + 1
         assert budget.seconds(1) == pytest.approx(0.002 + 0.010 * 1.3 if bounded else 0.030)
