@@ -466,24 +466,23 @@ class CostAwareBudget(FullBudget):
         return out
 
     def _narrow_median(self, depth: int, plain: float) -> float:
-        """The median of the spine's latest steps at `depth`, at most drafting that deep plus a plain step scaled to
-        verify depth + 1 tokens (see SPINE_WIDTHS)."""
-        measured = _median(self.narrow_recent[depth])
-        if depth not in self.draft_recent or self._fresh(True, depth):
-            return measured
+        """The median of the spine's latest steps at `depth`, bounded while stale (see SPINE_WIDTHS)."""
         ratio = self.forward_ratios.get(depth + 1, 1 + NARROW_GUESS * depth)
-        return min(measured, _median(self.draft_recent[depth]) + plain * ratio)
+        return self._bounded(_median(self.narrow_recent[depth]), True, depth, plain, ratio)
 
     def _chain_median(self, depth: int, plain: float) -> float:
         """The median of the latest steps at `depth`; a chain's (a draft that never branched verifies depth + 1
-        tokens), at most its drafting plus a plain step scaled by the measured forward, as a spine's (SPINE_WIDTHS:
-        vanilla's one-deep chain stayed priced at 6.4-7.0 ms from cold probes against 4.1-4.3 ms plain steps)."""
-        measured = _median(self.recent[depth])
-        if self.branched or depth not in self.draft_recent or depth + 1 not in self.forward_ratios:
+        tokens) bounded while stale, as a spine's (vanilla's one-deep chain stayed priced at 6.4-7.0 ms from cold
+        probes against 4.1-4.3 ms plain steps). A tree verifies more than its depth tells: its price stands."""
+        ratio = None if self.branched else self.forward_ratios.get(depth + 1)
+        return self._bounded(_median(self.recent[depth]), False, depth, plain, ratio)
+
+    def _bounded(self, measured: float, narrow: bool, depth: int, plain: float, ratio: float | None) -> float:
+        """`measured`, or once stale at most drafting `depth` deep plus a plain step scaled by `ratio` (the forward
+        of depth + 1 tokens against one's; None: no bound)."""
+        if ratio is None or depth not in self.draft_recent or self._fresh(narrow, depth):
             return measured
-        if self._fresh(False, depth):
-            return measured
-        return min(measured, _median(self.draft_recent[depth]) + plain * self.forward_ratios[depth + 1])
+        return min(measured, _median(self.draft_recent[depth]) + plain * ratio)
 
     def _fresh(self, narrow: bool, depth: int) -> bool:
         """Whether a step at `depth` (a spine's when `narrow`) was timed in the last STALE_STEPS steps."""
@@ -596,8 +595,8 @@ class CostAwareBudget(FullBudget):
             del drafting[:-KEEP]
         kept = (self.narrow_recent if self.narrow and deepest else self.recent).setdefault(deepest, [])
         kept.append(draft_s + verify_s)
-        self.timed_at[(self.narrow and deepest > 0, deepest)] = self.steps
         del kept[:-KEEP]
+        self.timed_at[(self.narrow and deepest > 0, deepest)] = self.steps
 
 
 BUDGETS = {"full": FullBudget, "auto": CostAwareBudget}
