@@ -51,7 +51,7 @@ def _eager(module):
     return sys.modules[type(module).__module__].eager_attention_forward
 
 
-def _dispatches(model: torch.nn.Module) -> bool:
+def dispatches(model: torch.nn.Module) -> bool:
     """Whether the model's attention picks its function from transformers' registry (what the wrapper relies on),
     with an eager fallback in its own module."""
     module = sys.modules.get(type(model).__module__)
@@ -71,7 +71,7 @@ def wrap_attention(model: torch.nn.Module) -> bool:
     name = config._attn_implementation or "eager"
     if name.startswith(PREFIX):
         return True
-    if not _dispatches(model):
+    if not dispatches(model):
         return False
     AttentionInterface.register(PREFIX + name, _windowed(name))
     if name in ALL_MASK_ATTENTION_FUNCTIONS:

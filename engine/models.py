@@ -190,6 +190,9 @@ def load_model(
             ) from None
         raise GlanceError(f"could not load model '{name}': {why}") from None
     model.to(dev).eval()
+    from engine.attention_precision import use_glance_sdpa
+
+    use_glance_sdpa(model)  # one query row in bf16 on a CPU attends in float32 (engine/attention_precision.py)
     return LoadedModel(model, tokenizer, name, dev, dt)
 
 
@@ -227,6 +230,9 @@ def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> 
     finally:
         hf_logging.disable_progress_bar()
     model.to(dev).eval()
+    from engine.attention_precision import use_glance_sdpa
+
+    use_glance_sdpa(model)
     return LoadedModel(model, tokenizer, str(path), dev, dt)
 
 

@@ -29,6 +29,8 @@ WEIGHTS_BIN = "pytorch_model.bin"
 def _llama_config(cfg: dict):
     from transformers import LlamaConfig
 
+    from engine.attention_precision import register as register_glance_sdpa
+
     lc = LlamaConfig(
         hidden_size=cfg["hidden_size"],
         intermediate_size=cfg["intermediate_size"],
@@ -40,7 +42,7 @@ def _llama_config(cfg: dict):
         max_position_embeddings=cfg.get("max_position_embeddings", 4096),
         vocab_size=cfg.get("vocab_size", 32000),
     )
-    lc._attn_implementation = "sdpa"
+    lc._attn_implementation = register_glance_sdpa()  # sdpa, one row in float32 (engine/attention_precision.py)
     return lc
 
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engine.attention_precision import sdpa
 from engine.errors import GlanceError
 from engine.features import default_feature_layers
 from engine.heads.checkpoint import config_errors
@@ -67,7 +68,7 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, mask: torch.Tensor | None) -> torch.Tensor:
         """q [B, nh, S, d] over k, v [B, nkv, L, d] under an additive mask [B, 1, S, L] -> [B, S, H]."""
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.kv_heads != self.heads)
+        out = sdpa(q, k, v, mask, enable_gqa=self.kv_heads != self.heads)  # one row in float32 (see sdpa)
         b, _, s, _ = out.shape
         return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
