@@ -16,6 +16,9 @@ same rule around torch's function, for heads that call it themselves (EAGLE-3's)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
@@ -70,3 +73,18 @@ def use_glance_sdpa(model: torch.nn.Module) -> bool:
         return False
     model.config._attn_implementation = register()
     return True
+
+
+@contextmanager
+def stock_attention(*models: torch.nn.Module | None) -> Iterator[None]:
+    """transformers' own sdpa for these models inside (the bench's transformers rows: stock transformers, not
+    Glance's attention), the implementation they had after."""
+    saved = [(m.config, m.config._attn_implementation) for m in models if m is not None]
+    for config, name in saved:
+        if name is not None and name.endswith(NAME):  # glance_sdpa, or the compiled forward's window around it
+            config._attn_implementation = "sdpa"
+    try:
+        yield
+    finally:
+        for config, name in saved:
+            config._attn_implementation = name

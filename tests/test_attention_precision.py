@@ -111,3 +111,15 @@ def test_both_eagle_heads_attend_a_one_row_step_in_float32(attention_dtypes):
             cache = head.new_cache()
             head(torch.tensor([[5]]), torch.zeros(1, 1, width, dtype=torch.bfloat16), torch.tensor([[0]]), cache, None)
         assert attention_dtypes == [(torch.float32, 1)], folder
+
+
+def test_the_benchs_transformers_rows_run_stock_attention_and_give_the_model_back(attention_dtypes):
+    """transformers' rows stand for stock transformers: one-row steps in bfloat16 there, glance_sdpa again after."""
+    from engine.bench.reference import hf_generate
+
+    loaded = load_model("resources/models/target", device="cpu", dtype="bfloat16")
+    ids = loaded.tokenizer("def add(a, b):").input_ids
+    hf_generate("hf_generate", loaded.model, ids, 3, SamplingConfig(0.0, 1.0, 0), None)
+    assert attention_dtypes and {dtype for dtype, _ in attention_dtypes} == {torch.bfloat16}
+    assert (torch.bfloat16, 1) in attention_dtypes
+    assert loaded.model.config._attn_implementation == NAME

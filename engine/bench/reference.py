@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from engine.attention_precision import stock_attention
 from engine.packed import unpacked
 
 REFERENCE_LABELS = {
@@ -36,7 +37,8 @@ def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling
     device = next(target.parameters()).device
     inputs = torch.tensor([ids], device=device)
     t0 = time.perf_counter()
-    with unpacked():  # stock transformers: the model's own linear layers, not Glance's packed ones
+    # stock transformers: the model's own linear layers, not Glance's packed ones, and its own attention
+    with unpacked(), stock_attention(target, draft):
         out = target.generate(
             inputs,
             attention_mask=torch.ones_like(inputs),
