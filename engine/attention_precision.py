@@ -36,13 +36,19 @@ def in_float32(query: torch.Tensor) -> bool:
     return query.shape[2] == 1 and query.dtype in REDUCED and query.device.type == "cpu"
 
 
+def _float32(query, key, value, mask):
+    """The inputs of the float32 path: query, keys, values and an additive mask cast (a boolean mask as it is)."""
+    if mask is not None and mask.is_floating_point():
+        mask = mask.float()
+    return query.float(), key.float(), value.float(), mask
+
+
 def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None, **kwargs):
     """torch's scaled_dot_product_attention [B, H, S, D] under the rule above (the output in the query's dtype)."""
     if not in_float32(query):
         return F.scaled_dot_product_attention(query, key, value, attn_mask=mask, **kwargs)
-    mask = mask.float() if mask is not None and mask.is_floating_point() else mask
-    out = F.scaled_dot_product_attention(query.float(), key.float(), value.float(), attn_mask=mask, **kwargs)
-    return out.to(query.dtype)
+    q, k, v, mask = _float32(query, key, value, mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs).to(query.dtype)
 
 
 def glance_sdpa(module, query, key, value, attention_mask, **kwargs):
@@ -50,10 +56,7 @@ def glance_sdpa(module, query, key, value, attention_mask, **kwargs):
     inner = ALL_ATTENTION_FUNCTIONS["sdpa"]
     if not in_float32(query):
         return inner(module, query, key, value, attention_mask, **kwargs)
-    mask = attention_mask
-    if mask is not None and mask.is_floating_point():
-        mask = mask.float()
-    out, weights = inner(module, query.float(), key.float(), value.float(), mask, **kwargs)
+    out, weights = inner(module, *_float32(query, key, value, attention_mask), **kwargs)
     return out.to(query.dtype), weights
 
 
