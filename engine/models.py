@@ -189,10 +189,16 @@ def load_model(
                 f"({why}); pass --allow-download to fetch it from the hub"
             ) from None
         raise GlanceError(f"could not load model '{name}': {why}") from None
-    model.to(dev).eval()
+    return _ready(model, tokenizer, name, dev, dt)
+
+
+def _ready(model, tokenizer, name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
+    """A loaded model on its device in eval mode, attending through Glance's attention (one query row in bf16 on a
+    CPU in float32, engine/attention_precision.py): the last step of every way a model is loaded."""
     from engine.attention_precision import use_glance_sdpa
 
-    use_glance_sdpa(model)  # one query row in bf16 on a CPU attends in float32 (engine/attention_precision.py)
+    model.to(dev).eval()
+    use_glance_sdpa(model)
     return LoadedModel(model, tokenizer, name, dev, dt)
 
 
@@ -229,11 +235,7 @@ def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> 
         raise GlanceError(f"could not load the GGUF file {path}: {why}") from None
     finally:
         hf_logging.disable_progress_bar()
-    model.to(dev).eval()
-    from engine.attention_precision import use_glance_sdpa
-
-    use_glance_sdpa(model)
-    return LoadedModel(model, tokenizer, str(path), dev, dt)
+    return _ready(model, tokenizer, str(path), dev, dt)
 
 
 def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
