@@ -15,6 +15,7 @@ eager.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -52,6 +53,13 @@ STATIC_TOKENS = 2
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
 # steps. Larger ones build their primitives when first seen.
 WARM_ROWS = 40
+# The one- and two-token graphs take inductor's C++ kernel for every product it can write, untimed: timed product by
+# product (tune_products), oneDNN's call won most of the two-token graph's products, and that graph ran a two-token
+# forward of the bundled target at 1.25-1.35x a one-token one (bf16 EPYC, interleaved, 128 and 256 cached tokens).
+# With the C++ kernel throughout it ran at 1.0-1.1x, and one-deep spines every step went from 0.85-0.99x to
+# 0.95-1.11x of plain decoding off the suite. The symbolic graph (three tokens and more: trees, windows) keeps the
+# timed choice: there the C++ kernel throughout ran 8 to 64 tokens 20-40% slower.
+SMALL_GRAPH_PRODUCTS = "CPP"
 
 
 def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int, device) -> dict:
@@ -349,12 +357,20 @@ class CompiledForward(torch.nn.Module):
                         batch = f" in batches of {rows}" if rows > 1 else ""
                         progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
                     if rows == 1:  # one row: no mask (fresh input, as callers' strides are)
-                        self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)
+                        with self._products_for(width):
+                            self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)
                     else:  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
                         mask = torch.zeros(rows, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
                         self(torch.zeros(rows, width, dtype=torch.long, device=device), cache, mask)
         finally:
             self.strict = False
+
+    def _products_for(self, width: int):
+        """Where products are tuned, the one- and two-token graphs compile with SMALL_GRAPH_PRODUCTS only (a graph
+        compiled later, for a new shape, takes the timed choice)."""
+        if not (self.frozen and torch._inductor.config.max_autotune_gemm and width <= STATIC_TOKENS):
+            return contextlib.nullcontext()
+        return torch._inductor.config.patch(max_autotune_gemm_backends=SMALL_GRAPH_PRODUCTS)
 
     def _give_up(self, exc: Exception) -> None:
         self.graph = None
