@@ -53,12 +53,12 @@ STATIC_TOKENS = 2
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
 # steps. Larger ones build their primitives when first seen.
 WARM_ROWS = 40
-# The one- and two-token graphs take inductor's C++ kernel for every product it can write, untimed: timed product by
-# product (tune_products), oneDNN's call won most of the two-token graph's products, and that graph ran a two-token
-# forward of the bundled target at 1.25-1.35x a one-token one (bf16 EPYC, interleaved, 128 and 256 cached tokens).
-# With the C++ kernel throughout it ran at 1.0-1.1x, and one-deep spines every step went from 0.85-0.99x to
-# 0.95-1.11x of plain decoding off the suite. The symbolic graph (three tokens and more: trees, windows) keeps the
-# timed choice: there the C++ kernel throughout ran 8 to 64 tokens 20-40% slower.
+# The one- and two-token graphs of one row take inductor's C++ kernel for every product it can write, untimed: timed
+# product by product (tune_products), oneDNN's call won most of the two-token graph's products, and that graph ran a
+# two-token forward of the bundled target at 1.25-1.35x a one-token one (bf16 EPYC, interleaved, 128 and 256 cached
+# tokens). With the C++ kernel throughout it ran at 1.0-1.1x, and one-deep spines every step went from 0.85-0.99x to
+# 0.95-1.15x of plain decoding off the suite. The symbolic graph (three tokens and more: trees, windows) keeps the
+# timed choice: there the C++ kernel throughout ran 8 to 64 tokens 20-40% slower. Batched graphs keep it too.
 SMALL_GRAPH_PRODUCTS = "CPP"
 
 
@@ -365,7 +365,7 @@ class CompiledForward(torch.nn.Module):
         finally:
             self.strict = False
 
-    def _products_for(self, width: int):
+    def _products_for(self, width: int) -> contextlib.AbstractContextManager:
         """Where products are tuned, the one- and two-token graphs compile with SMALL_GRAPH_PRODUCTS only (a graph
         compiled later, for a new shape, takes the timed choice)."""
         if not (self.frozen and torch._inductor.config.max_autotune_gemm and width <= STATIC_TOKENS):
