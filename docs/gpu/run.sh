@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One lease on a lent GPU, as one script: Glance's bench on CUDA in float32 eager (the lossless check: every output
+# must equal plain greedy decoding's), bfloat16 eager and compiled on the suite, off the suite, and the batch sweep.
+# Each part has its own time limit and lands in $OUT/results.tgz as soon as it ends (a lease can end any time).
+# DEVICE (default cuda) and EXTRA (arguments appended to every bench, e.g. "--limit 1 --max-new-tokens 4") let it be
+# tried on a CPU first.
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+DEVICE=${DEVICE:-cuda}
+EXTRA=${EXTRA:-}
+RUNS=/tmp/glance-gpu
+mkdir -p "$RUNS" "$OUT"
+if ls .whl/*.whl > /dev/null 2>&1; then  # the image's transformers is older than pyproject.toml's range
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2> /dev/null
+  python3 -c "import sys, torch, transformers; print(sys.version.split()[0], torch.__version__, transformers.__version__)"
+  nproc
+} | tee "$RUNS/machine.txt"
+
+part() {  # part NAME SECONDS BENCH-ARGS...: one bench run under its own limit, its log and results packed at once
+  local name=$1 limit=$2
+  shift 2
+  echo "== $(date +%T) $name (at most $limit s)"
+  # shellcheck disable=SC2086  # EXTRA is a list of arguments
+  timeout "$limit" python3 main.py bench --device "$DEVICE" --out "$RUNS/$name" "$@" $EXTRA > "$RUNS/$name.log" 2>&1
+  echo "exit $?" >> "$RUNS/$name.log"
+  tail -n 25 "$RUNS/$name.log"
+  tar czf "$OUT/results.tgz" -C "$RUNS" .
+}
+
+GLANCE_METHODS=ar,vanilla,medusa,eagle,eagle3,lookahead,prompt_lookup
+part f32-eager 80 --dtype float32 --compile off --methods "$GLANCE_METHODS" --limit 8 --max-new-tokens 48
+part bf16-eager 100 --compile off --limit 24 --max-new-tokens 64
+part bf16-compiled 200 --compile on --limit 24 --max-new-tokens 64
+part offsuite-eager 60 --compile off --prompts docs/bench-offsuite/prompts.jsonl --max-new-tokens 128 --repeats 1
+part sweep-eager 50 --compile off --methods "$GLANCE_METHODS" --batch-sizes 1,4,16,64 --limit 4 --max-new-tokens 32
+echo "== $(date +%T) done"
