@@ -172,6 +172,38 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
 
 
 @packs_bf16
+def test_a_one_row_drafting_step_compiles_with_generated_kernels_and_a_batched_one_with_timed_products(monkeypatch):
+    """EAGLE's one-row drafting graph compiles with SMALL_GRAPH_PRODUCTS (timed, oneDNN won the head's products and
+    a call of two to four rows ran 8-22% slower); the batched graphs keep the timed choice. The graph is replaced by
+    the eager step that records the setting each warm-up call compiles under (the target's test above shows
+    inductor times nothing under it)."""
+    from engine.forward import SMALL_GRAPH_PRODUCTS, tune_products
+    from engine.heads.compiled_step import CompiledDraftStep
+    from engine.heads.eagle3 import Eagle3Head
+    from engine.heads.readout import run_draft_step
+
+    for option in ("freezing", "max_autotune_gemm", "max_autotune_gemm_backends"):
+        monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
+    monkeypatch.setenv("GLANCE_TUNE_PRODUCTS", "1")
+    torch._inductor.config.freezing = True  # as once the target is compiled on a CPU
+    tune_products()
+    timed = torch._inductor.config.max_autotune_gemm_backends
+    head = Eagle3Head.for_target(half("llama"), torch.arange(0, 96, 2)).to(torch.bfloat16).eval()
+    seen = {}
+    for rows in (1, 2):
+        step = CompiledDraftStep(head)
+
+        def recording(*args, rows=rows):
+            seen.setdefault(rows, set()).add(torch._inductor.config.max_autotune_gemm_backends)
+            return run_draft_step(head, *args)
+
+        step.graph = recording
+        step.warm_up(rows)
+    assert seen == {1: {SMALL_GRAPH_PRODUCTS}, 2: {timed}} and timed != SMALL_GRAPH_PRODUCTS, seen
+    assert torch._inductor.config.max_autotune_gemm_backends == timed  # restored after the warm-up
+
+
+@packs_bf16
 def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
     """EAGLE's drafting step (engine/heads/compiled_step.py) packs its head as the target's forward packs the target:
     one copy for the one-row and the batched graphs. The head drafts as it did."""

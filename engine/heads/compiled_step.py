@@ -17,7 +17,7 @@ import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, warmed
+from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, small_graph_products, warmed
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 from engine.packed import pack_linears, warm_products
 
@@ -70,8 +70,8 @@ class CompiledDraftStep:
         if rows == 1:  # oneDNN's primitive per row count: catch-ups after plain steps and tree depths vary in size
             warm_products(head, WARM_ROWS)
         self.strict = True
-        try:
-            with torch.no_grad():
+        try:  # one row: generated kernels for every product (engine.forward.SMALL_GRAPH_PRODUCTS)
+            with torch.no_grad(), small_graph_products(rows == 1):
                 for width in head.feature_widths():
                     cache = head.new_cache()
                     feed = (rows, 4)
