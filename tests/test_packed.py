@@ -182,7 +182,8 @@ def test_a_one_row_drafting_step_compiles_with_generated_kernels_and_a_batched_o
     from engine.heads.eagle3 import Eagle3Head
     from engine.heads.readout import run_draft_step
 
-    for option in ("freezing", "max_autotune_gemm", "max_autotune_gemm_backends"):
+    tuned = ("max_autotune_gemm", "max_autotune_gemm_backends", "autotune_num_choices_displayed")
+    for option in ("freezing", *tuned, "max_autotune_report_choices_stats"):  # restored after the test
         monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
     monkeypatch.setenv("GLANCE_TUNE_PRODUCTS", "1")
     torch._inductor.config.freezing = True  # as once the target is compiled on a CPU
