@@ -369,17 +369,13 @@ class CompiledForward(torch.nn.Module):
                         batch = f" in batches of {rows}" if rows > 1 else ""
                         progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
                     if rows == 1:  # one row: no mask (fresh input, as callers' strides are)
-                        with self._products_for(width):
+                        with small_graph_products(self.frozen and width <= STATIC_TOKENS):
                             self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)
                     else:  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
                         mask = torch.zeros(rows, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
                         self(torch.zeros(rows, width, dtype=torch.long, device=device), cache, mask)
         finally:
             self.strict = False
-
-    def _products_for(self, width: int) -> contextlib.AbstractContextManager:
-        """The one- and two-token graphs compile with SMALL_GRAPH_PRODUCTS (see `small_graph_products`)."""
-        return small_graph_products(self.frozen and width <= STATIC_TOKENS)
 
     def _give_up(self, exc: Exception) -> None:
         self.graph = None

@@ -177,15 +177,15 @@ def test_a_one_row_drafting_step_compiles_with_generated_kernels_and_a_batched_o
     a call of two to four rows ran 8-22% slower); the batched graphs keep the timed choice. The graph is replaced by
     the eager step that records the setting each warm-up call compiles under (the target's test above shows
     inductor times nothing under it)."""
-    from engine.forward import SMALL_GRAPH_PRODUCTS, tune_products
+    from engine.forward import SMALL_GRAPH_PRODUCTS, TUNE_PRODUCTS, tune_products
     from engine.heads.compiled_step import CompiledDraftStep
     from engine.heads.eagle3 import Eagle3Head
     from engine.heads.readout import run_draft_step
 
-    tuned = ("max_autotune_gemm", "max_autotune_gemm_backends", "autotune_num_choices_displayed")
-    for option in ("freezing", *tuned, "max_autotune_report_choices_stats"):  # restored after the test
+    set_by_tuning = ("max_autotune_gemm", "max_autotune_gemm_backends", "autotune_num_choices_displayed")
+    for option in ("freezing", *set_by_tuning, "max_autotune_report_choices_stats"):  # restored after the test
         monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
-    monkeypatch.setenv("GLANCE_TUNE_PRODUCTS", "1")
+    monkeypatch.setenv(TUNE_PRODUCTS, "1")
     torch._inductor.config.freezing = True  # as once the target is compiled on a CPU
     tune_products()
     timed = torch._inductor.config.max_autotune_gemm_backends
