@@ -21,11 +21,14 @@ from engine.tree import Draft, is_chain, node_depths, spine_nodes
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
 EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
 DEEP_EVERY = 4  # and every 4th probe while drafting drafts uncapped, so deep acceptance is relearned
-# ... except while a spine is best (Draft.spine) and whole trees rate below this share of it: off the suite Medusa's
-# whole tree cost 19 ms against 6.5 for its one-deep spine, for 2.0 tokens against 1.5, and one such probe every
-# 20 steps cost about 6% of the run. The tree's acceptance per depth is at least the spine's (it holds the spine),
-# so text that turns predictable lifts both estimates, and the trees get probed again once they come near.
-DEEP_FROM_SPINE = 0.8
+# ... while the whole draft rates at least this share of the best cap: off the suite Medusa's whole tree cost 19 ms
+# against 6.5 for its one-deep spine, for 2.0 tokens against 1.5, and one such probe every 20 steps cost about 6% of
+# the run. The tree's acceptance per depth is at least the spine's (it holds the spine), so text that turns
+# predictable lifts both estimates, and whole trees get probed again once they come near. (The share used to be
+# the best tree cap's against the spine, and the best tree cap was often a plain step level with the spine: traced
+# off the suite, EAGLE-3's and Medusa's whole trees, rated at 83-140 tok/s against 310-430 for the best cap, were
+# still probed in 5 of 16 runs of 128 tokens, 1-3 times each at 23-26 ms, against 4-6 ms for a one-deep spine.)
+DEEP_SHARE = 0.8
 # Probes come 4 to 8 steps apart, not every 6th: code repeats in short periods, and a fixed interval that is a
 # multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
@@ -335,7 +338,7 @@ class CostAwareBudget(FullBudget):
             return cap
         if self.steps < self.quiet_until and self.steps < self.next_probe:
             return 0  # plain steps were best and nothing has been learned since (see QUIET)
-        best, narrow, spine_first, wide_share = self._best()
+        best, narrow, spine_first, whole_share = self._best()
         self.quiet_until = self.steps + QUIET if best == 0 else 0
         if best > 0:
             self.probe_open = None  # a probe from plain steps found that drafting pays: it cost nothing
@@ -354,8 +357,9 @@ class CostAwareBudget(FullBudget):
             self.probes += 1
             # no uncapped probe while plain steps are best: a full tree there cost 3 plain steps off the suite (27 ms
             # against 8.5) for 1-4 tokens, so probes climb one depth at a time until drafting pays; a narrow best
-            # climbs its spine, and every DEEP_EVERY-th probe drafts the whole tree (wide stats stay fresh)
-            deep = self.probes % DEEP_EVERY == 0 and best > 0 and (not narrow or wide_share > DEEP_FROM_SPINE)
+            # climbs its spine, and every DEEP_EVERY-th probe drafts the whole tree (wide stats stay fresh) where
+            # that rates near the best (DEEP_SHARE)
+            deep = self.probes % DEEP_EVERY == 0 and best > 0 and whole_share > DEEP_SHARE
             cap = None if deep or best >= self.max_depth else best + 1
             self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
             self.hold = (cap, self.narrow, self.settle) if self.last_depth == 0 else None  # from plain: SETTLE
@@ -367,21 +371,22 @@ class CostAwareBudget(FullBudget):
 
     def _best(self) -> tuple[int, bool, bool, float]:
         """The best cap, whether it is narrow, whether a one-deep spine rates above a one-deep tree (what a probe
-        from plain steps drafts), and the best tree's rate as a share of the best cap's."""
+        from plain steps drafts), and the whole draft's rate as a share of the best cap's (DEEP_SHARE)."""
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         tokens = self._expected(self.max_depth, *self._tree_counts())  # and every cap's expected tokens
         rates = [t / max(sec, 1e-9) for t, sec in zip(tokens, seconds)]
         best = max(caps, key=rates.__getitem__)
+        whole = rates[-1]  # every depth: an uncapped draft
         if not self.branched:
-            return best, False, False, 1.0
+            return best, False, False, whole / max(rates[best], 1e-9)
         spine_seconds = self._narrow_seconds(caps)
         spine_tokens = self._expected(self.max_depth, self.spine_reached, self.spine_accepted)
         spine_rates = [t / max(sec, 1e-9) for t, sec in zip(spine_tokens, spine_seconds)]
         spine_best = max(caps[1:], key=spine_rates.__getitem__)
         if spine_rates[spine_best] > rates[best]:
-            return spine_best, True, True, rates[best] / spine_rates[spine_best]
-        return best, False, spine_rates[1] > rates[1], 1.0
+            return spine_best, True, True, whole / max(spine_rates[spine_best], 1e-9)
+        return best, False, spine_rates[1] > rates[1], whole / max(rates[best], 1e-9)
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep: the product of

@@ -594,3 +594,13 @@ def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
         assert budget.seconds(1) == pytest.approx(0.030)  # fresh: the measured price stands
         budget.steps += STALE_STEPS + 1
         assert budget.seconds(1) == pytest.approx(0.002 + 0.010 * 1.3 if bounded else 0.030)
+
+
+def test_whole_drafts_are_probed_only_while_they_rate_near_the_best_cap():
+    """A whole draft (an uncapped probe) that rates far below the best cap is not probed: off the suite EAGLE-3's
+    and Medusa's whole trees cost 20-27 ms against 4-6 for a one-deep spine, and each such probe cost a run of 128
+    tokens 4-5%. A chain whose first token is always accepted and whose second never is: one deep is best."""
+    budget = CostAwareBudget()
+    caps = run(budget, 200, lambda d: min(d, 1), lambda d: 0.010 + (0.001 if d == 1 else 0.010 * d))
+    assert None not in caps[WARMUP_STEPS:], caps
+    assert caps[WARMUP_STEPS:].count(1) > 0.7 * len(caps[WARMUP_STEPS:])  # the rest: probes one deeper
