@@ -598,8 +598,8 @@ def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
 
 def test_whole_drafts_are_probed_only_while_they_rate_near_the_best_cap():
     """A whole draft (an uncapped probe) that rates far below the best cap is not probed: off the suite EAGLE-3's
-    and Medusa's whole trees cost 20-27 ms against 4-6 for a one-deep spine, and each such probe cost a run of 128
-    tokens 4-5%. A chain whose first token is always accepted and whose second never is: one deep is best."""
+    and Medusa's whole trees cost 23-28 ms against 4-6 for a one-deep spine, and each such probe about 5% of a run
+    of 128 tokens. A chain whose first token is always accepted and whose second never is: one deep is best."""
     budget = CostAwareBudget()
     caps = run(budget, 200, lambda d: min(d, 1), lambda d: 0.010 + (0.001 if d == 1 else 0.010 * d))
     assert None not in caps[WARMUP_STEPS:], caps
