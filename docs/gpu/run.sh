@@ -40,5 +40,5 @@ part bf16-eager 90 --compile off --methods "$GLANCE_METHODS,hf_generate" --limit
 part bf16-compiled 200 --compile on --methods "$GLANCE_METHODS,hf_generate" --limit 8 --max-new-tokens 64
 part offsuite-eager 70 --compile off --methods "$GLANCE_METHODS" --prompts docs/bench-offsuite/prompts.jsonl \
   --max-new-tokens 128 --repeats 1
-part sweep-eager 70 --compile off --methods "$GLANCE_METHODS" --batch-sizes 1,4,16,64 --limit 4 --max-new-tokens 32
+part sweep-eager 90 --compile off --methods "$GLANCE_METHODS" --batch-sizes 1,4,16,64 --limit 4 --max-new-tokens 32
 echo "== $(date +%T) done"
