@@ -194,11 +194,14 @@ def load_model(
 
 def _ready(model, tokenizer, name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
     """A loaded model on its device in eval mode, attending through Glance's attention (one query row in bf16 on a
-    CPU in float32, engine/attention_precision.py): the last step of every way a model is loaded."""
+    CPU in float32, engine/attention_precision.py; never through cuDNN on CUDA, engine/attention_backend.py): the last
+    step of every way a model is loaded."""
+    from engine.attention_backend import avoid_cudnn_attention
     from engine.attention_precision import use_glance_sdpa
 
     model.to(dev).eval()
     use_glance_sdpa(model)
+    avoid_cudnn_attention(dev)
     return LoadedModel(model, tokenizer, name, dev, dt)
 
 
