@@ -4,7 +4,7 @@ torch 2.11 on a Hopper GPU sends `scaled_dot_product_attention` in bfloat16 or f
 builds an execution plan for every (query rows, cached keys) shape it has not seen. An eager decode grows its cache
 by one or more tokens a step, so nearly every step is a new shape. On an H200 (bundled target, bfloat16, eager) the
 first plain run of a prompt took 16-41 ms a step where its second run, those shapes planned by then, took 6.2-6.6
-(later prompts, whose lengths earlier runs had planned, ran near 7); lookahead's and prompt lookup's verifies took 44
+(later prompts, whose lengths earlier runs had planned, ran at 7-14); lookahead's and prompt lookup's verifies took 44
 and 29 ms a step where a warm forward of 64 tokens took 6.8. float32 (which cuDNN's attention does not take) and the
 compiled forward (a static cache: a few shapes, planned at warm-up) ran steadily. Flash and memory-efficient
 attention need no plan and serve every shape decoding uses.
