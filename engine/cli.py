@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument(
         "--layers", type=int, default=4, help="decoder layers kept, copied from evenly spaced target layers"
     )
+    dr.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        help="go on training this draft model (folder or hub id, same vocabulary) instead of cutting the target",
+    )
     dr.add_argument("--steps", type=int, default=500)
     dr.add_argument("--out", required=True)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
@@ -481,7 +487,14 @@ def cmd_train(args) -> int:
 
         if args.steps < 1 or args.layers < 1:
             raise GlanceError("--steps and --layers must be positive")
-        print(json.dumps(train_draft(args.target, Path(args.out), args.layers, args.steps, args.data), indent=2))
+        print(
+            json.dumps(
+                train_draft(
+                    args.target, Path(args.out), args.layers, args.steps, args.data, start_from=args.start_from
+                ),
+                indent=2,
+            )
+        )
         return 0
     from engine.train.demo import run_demo_recipe
 

@@ -46,3 +46,33 @@ def test_distilled_draft_stores_only_its_layers_and_races_losslessly(model_folde
     ids = session.encode("def add(", chat=False)
     tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
     assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+
+
+def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(model_folders, tmp_path):
+    import pytest
+
+    from engine.errors import GlanceError
+
+    data = tmp_path / "corpus.txt"
+    data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n    y: int\n" * 200)
+    target, start = str(model_folders["target"]), model_folders["copy"]
+    out = tmp_path / "tuned"
+    report = train_draft(target, out, steps=3, data=str(data), batch_size=2, seq_len=32, start_from=str(start))
+    assert report["started_from"] == str(start) and report["steps"] == 3 and report["target_layers"] == []
+    assert 0.0 <= report["heldout_top1_agreement_before"] <= 1.0
+    before, after = load_file(str(start / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert set(after) <= set(before) and all(v.dtype == torch.bfloat16 for v in after.values())
+    moved = [k for k in after if not torch.equal(after[k], before[k].to(torch.bfloat16))]
+    assert "model.embed_tokens.weight" in moved and any(".layers." in k for k in moved)  # every weight trains
+
+    from engine.sampling import SamplingConfig
+    from engine.session import RaceSettings, Session
+
+    session = Session.load(target, {"draft": str(out)}, ["ar", "vanilla"], dtype="float32")
+    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
+    ids = session.encode("def add(", chat=False)
+    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
+    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+
+    with pytest.raises(GlanceError, match="vocabulary"):
+        train_draft(target, tmp_path / "x", steps=1, data=str(data), start_from=str(model_folders["other_vocab"]))

@@ -4,7 +4,8 @@ distribution (forward KL) on corpus text. Progress bar; resumable checkpoints.
 
 The draft shares the target's tokenizer and vocabulary, so it drops into the vanilla drafter with no mapping. Because
 the embedding is the target's, `save_layers` can store only what training changed (small enough to bundle), and
-`assemble_draft` rebuilds an ordinary model folder from those layers plus the target.
+`assemble_draft` rebuilds an ordinary model folder from those layers plus the target. `start_from` instead goes on
+from a draft the user already has (its own embedding, every weight trained): the same KL, an ordinary model folder out.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ def cut_target(target, keep: int):
     return draft, idx
 
 
+def own_draft(path: str, target):
+    """A draft model the user already has, in float32 with every weight trainable: it must share the target's
+    vocabulary, since the loss compares the two distributions token by token."""
+    from engine.models import load_model
+
+    draft = load_model(path, device="cpu", dtype="float32").model
+    want, got = target.config.vocab_size, draft.config.vocab_size
+    if want != got:
+        raise GlanceError(f"the draft {path} has a vocabulary of {got} tokens, the target {want}: they must match")
+    for p in draft.parameters():
+        p.requires_grad_(True)
+    return draft
+
+
 def distill_loss(draft, batch: torch.Tensor, teacher: torch.Tensor) -> tuple[torch.Tensor, float]:
     """Forward KL(target || draft) per position, averaged; also returns top-1 agreement with the target."""
     logits = draft(input_ids=batch, use_cache=False).logits.float()  # [B, T, V]
@@ -100,14 +115,21 @@ def train_draft(
     seq_len: int = 256,
     lr: float = 5e-4,
     seed: int = 0,
+    start_from: str | None = None,
 ) -> dict:
-    """Distill (or resume) a `layers`-layer draft from the target; saves the layers and a full model folder."""
+    """Distill (or resume) a `layers`-layer draft from the target, saving its layers and recipe; or, given
+    `start_from` (a draft model folder), go on training that draft and save it as an ordinary model folder."""
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
     if not hasattr(target.config, "num_hidden_layers") or not hasattr(target, "model"):
         raise GlanceError("draft distillation needs a decoder with model.layers (Llama, Qwen, Mistral, ...)")
-    draft, idx = cut_target(target, layers)
+    if start_from is None:
+        draft, idx = cut_target(target, layers)
+    else:
+        draft, idx = own_draft(start_from, target), []
+        with training_autocast():
+            before = heldout_agreement(draft, target, held)
     trainable = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)
@@ -122,18 +144,26 @@ def train_draft(
     draft.train()
     shown = train_head(draft, opt, step_loss, train, cfg, out / "train_state.pt", "draft", clip=1.0)
     draft.eval()
-    save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
+    if start_from is None:
+        save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
+    else:
+        draft.to(torch.bfloat16).save_pretrained(str(out))
+        loaded.tokenizer.save_pretrained(str(out))
+        draft.float()
     with training_autocast():
         agreement = heldout_agreement(draft, target, held)
     report = {
         "target": str(target_path),
-        "layers": len(idx),
+        "layers": draft.config.num_hidden_layers,
         "target_layers": idx,
+        "started_from": start_from,
         "steps": cfg.steps,
         "tokens": cfg.steps * batch_size * seq_len,
         "final_kl": shown.get("kl", float("nan")),
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_top1_agreement": agreement,
     }
+    if start_from is not None:
+        report["heldout_top1_agreement_before"] = before
     (out / "training.json").write_text(json.dumps(report, indent=2))
     return report
