@@ -199,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     card.add_argument(
         "--only",
         default=None,
-        help="re-measure only these comma-separated sections (medusa, eagle, eagle3, lookahead) of an existing card",
+        help="re-measure only these comma-separated sections (vanilla, medusa, eagle, eagle3, lookahead) of an "
+        "existing card",
     )
     return parser
 
@@ -442,9 +443,11 @@ def cmd_train(args) -> int:
             from engine.train.card import refresh_card
 
             sections = [x.strip() for x in args.only.split(",") if x.strip()]
-            bad = [x for x in sections if x not in ("medusa", "eagle", "eagle3", "lookahead")]
+            bad = [x for x in sections if x not in ("vanilla", "medusa", "eagle", "eagle3", "lookahead")]
             if bad or not (Path(args.models) / "evaluation.json").exists():
-                raise GlanceError("--only takes medusa, eagle, eagle3, lookahead, and needs a card measured before")
+                raise GlanceError(
+                    "--only takes vanilla, medusa, eagle, eagle3, lookahead, and needs a card measured before"
+                )
             print(refresh_card(Path(args.models), sections))
             return 0
         print(write_card(Path(args.models)))

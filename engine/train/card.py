@@ -56,6 +56,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "Held-out loss: mean cross-entropy over the first 32 non-overlapping 512-token windows of the held-out "
         "stream, measured on the exported bfloat16 weights loaded in float32 (`engine/train/lm.py: heldout_loss`).",
         "",
+        *_distillation_lines(evaluation),
         "## Speculative decoding with this pair",
         "",
         f"Vanilla speculative decoding, greedy, gamma {acc['settings']['gamma']}, {acc['dtype']}, up to "
@@ -85,6 +86,7 @@ def render_card(training: dict, evaluation: dict) -> str:
         "```bash",
         f"python main.py train demo --out runs/demo --tokens {t['train']['tokens']} "
         f"--draft-tokens {d['train']['tokens']} --seed {training['seed']}",
+        *_distillation_reproduce(evaluation),
         *_medusa_reproduce(evaluation),
         "python main.py train card --models runs/demo   # measures and writes runs/demo/README.md",
         "```",
@@ -96,6 +98,32 @@ def render_card(training: dict, evaluation: dict) -> str:
         "installs have their own card: [smollm2/README.md](smollm2/README.md).",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _distillation_lines(evaluation: dict) -> list[str]:
+    """The draft's training after `train demo`, if it went on (`train draft --from`, forward KL to the target)."""
+    dist = evaluation.get("draft_distillation")
+    if not dist:
+        return []
+    return [
+        f"The draft then went on for {dist['steps']} steps ({dist['tokens']:,} tokens) distilled from the target: "
+        "`python main.py train draft "
+        f"--target target --from draft --steps {dist['steps']}` (forward KL to the target's next-token "
+        "distribution, every weight trained). Its top-1 agreement with the target's greedy token on held-out "
+        f"windows went from {dist['heldout_top1_agreement_before']:.3f} to {dist['heldout_top1_agreement']:.3f}; "
+        "the loss, perplexity and step rows above are the draft's from-scratch training.",
+        "",
+    ]
+
+
+def _distillation_reproduce(evaluation: dict) -> list[str]:
+    dist = evaluation.get("draft_distillation")
+    if not dist:
+        return []
+    return [
+        f"python main.py train draft --target runs/demo/target --from runs/demo/draft --steps {dist['steps']} "
+        "--out runs/demo/draft-distilled   # then the draft/ folder"
+    ]
 
 
 def _medusa_section(evaluation: dict) -> list[str]:
@@ -243,8 +271,9 @@ def _medusa_reproduce(evaluation: dict) -> list[str]:
 
 
 def refresh_card(models: Path, sections: list[str]) -> str:
-    """Re-measure only the given drafting sections (medusa, eagle, lookahead) of an existing evaluation.json and
-    rewrite README.md: after retraining heads or changing a drafter's defaults, without re-measuring the rest."""
+    """Re-measure only the given drafting sections (vanilla, medusa, eagle, eagle3, lookahead) of an existing
+    evaluation.json and rewrite README.md: after retraining heads or the draft (`train draft --from`, whose
+    training.json in draft/ the card then quotes) or changing a drafter's defaults, without re-measuring the rest."""
     from engine.train.evaluate import speculative_acceptance
     from engine.train.prompts import load_prompt_suite
 
@@ -256,6 +285,11 @@ def refresh_card(models: Path, sections: list[str]) -> str:
         acc = speculative_acceptance(models, prompts, method=name)
         if name == "lookahead":
             evaluation["lookahead"] = acc
+        elif name == "vanilla":
+            evaluation["acceptance"] = acc
+            distilled = models / "draft" / "training.json"
+            if distilled.exists():
+                evaluation["draft_distillation"] = json.loads(distilled.read_text())
         else:
             trained = json.loads((models / name / "training.json").read_text())
             evaluation[name] = {"training": trained, "acceptance": acc}
