@@ -74,11 +74,16 @@ NARROW_GUESS = 0.1
 # (engine.forward_timing.measured_once, timed once a session for 1 to SPINE_WIDTHS tokens; NARROW_GUESS per token
 # where none was timed). Measured there: a spine's verify 0.3-1.0 ms above a plain step's 5.0-6.2.
 SPINE_WIDTHS = 5
-# ... but only while the price is stale: no step at that depth timed in the last STALE_STEPS steps (this run's or,
-# by age, the last run's). A fresh price stands: the bound leaves out the host work a drafted step adds to its verify
-# and the cold switches of a budget that alternates, and applied always it drafted Medusa's spine on 70% of the
-# suite's steps at 0.88x of plain decoding, where the measured price kept it at plain steps (0.98x).
-STALE_STEPS = 24
+# The bound used to apply only while the price was stale (no step at that depth timed in the last STALE_STEPS steps):
+# a fresh price stood, because the bound leaves out the host work a drafted step adds to its verify and the cold
+# switches of a budget that alternates (applied always, it once drafted Medusa's spine on 70% of the suite's steps at
+# 0.88x of plain decoding). A budget that holds its choice (STAY) pays few switches, and measured prices were what
+# kept it off the one-deep spine that pays: interleaved off the suite (EPYC bf16, 5 rounds, one process each, each
+# budget its own memory), the bound always moved Medusa 0.932 -> 1.005x and 1.056 -> 0.942x, EAGLE-2 1.109 -> 1.155x
+# and 1.202 -> 1.248x, EAGLE-3 1.202 -> 1.233x and 1.214 -> 1.225x, vanilla 1.024 -> 1.001x and 1.096 -> 1.193x;
+# alone a coin toss per process, with STAY and DEEPER_MARGIN it is the rule (see DEEPER_MARGIN for the numbers).
+BOUND_ALWAYS = True
+STALE_STEPS = 24  # with BOUND_ALWAYS off: a price this many steps old is stale
 # Acceptance counts fade by this every step, drafted or plain: about the latest 33 steps weigh. Counted for good, a
 # run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all through a prompt where
 # they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before. Faded per drafted row
@@ -139,6 +144,28 @@ PLAIN_BLOCK = 6
 # five rounds with SETTLE 1 and 2 (each its own memory): EAGLE-3 1.029 -> 1.061x, Medusa 1.051 -> 1.071x, EAGLE-2
 # 1.037 -> 1.020x, vanilla 1.048 -> 1.035x: within this host's noise for each, kept on the measured settling.
 SETTLE = 2
+# A drafted choice holds for STAY steps (a probe may still come in between): every change of depth switches the
+# target's verify between compiled graphs, each with its own re-blocked weights, and the first steps after a switch
+# run cold. Traced off the suite, vanilla's budget moved between chains 1, 2 and 3 deep every few steps, and its
+# one-deep steps took 5.5-7.5 ms where a run of them takes about 5.4.
+STAY = 8
+# Anything deeper or wider than one token (a deeper chain or spine, any tree) must rate this share above a one-deep
+# draft (a tree's spine) to be chosen. On this CPU a fixed one-deep spine every step beat the budget for every
+# drafter, on the suite and off it, and the budget's estimates of deeper drafts sat within 10% of it either way:
+# their extra verify rows cost more than the forward's steady timing tells (Medusa: a 2-deep spine step 15% above a
+# 1-deep one, where the steady forwards differ by 7%). Where deep drafts really pay (a GPU verifies 60 tokens for
+# the price of one; an EAGLE tree on the suite's repetitive text) they rate far above the margin.
+# Measured (EPYC bf16, interleaved, one process each, each budget its own memory; vanilla, Medusa, EAGLE-2, EAGLE-3,
+# cumulative speedup over plain decoding): off the suite, 5 rounds, the budget before (measured prices while fresh,
+# no STAY, no margin) 1.136, 0.979, 1.077, 1.185x and 1.024, 0.997, 1.066, 1.102x in two processes; with BOUND_ALWAYS,
+# STAY and DEEPER_MARGIN 1.087, 1.082, 1.157, 1.161x and 1.064, 1.071, 1.157, 1.187x; a fixed one-deep spine every
+# step 1.124, 1.106, 1.233, 1.236x and 1.110, 1.069, 1.153, 1.155x (it cannot fall back to plain steps where drafting
+# loses, which the budget must). On the suite (24 prompts, 64 tokens, 3 rounds): before 1.072, 0.950, 1.116, 1.157x,
+# after 1.091, 1.030, 1.117, 1.166x, the fixed spine 1.095, 1.045, 1.132, 1.178x. Tried on the way, not kept:
+# timing a step only once its depth had held SETTLE steps (with STAY: 1.107, 0.947, 1.166, 1.203x), probes backing
+# off while they confirmed the best (1.068, 1.052, 1.210, 1.165x against 1.064, 1.071, 1.157, 1.187x in the same
+# process).
+DEEPER_MARGIN = 0.15
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
 
@@ -264,12 +291,23 @@ class CostAwareBudget(FullBudget):
     plain_quantile: float = PLAIN_QUANTILE
     run_probe_at: int | None = RUN_PROBE_AT
     settle: int = SETTLE
+    bound_always: bool = BOUND_ALWAYS
+    stay: int = STAY
+    deeper_margin: float = DEEPER_MARGIN
+    stay_left: int = 0  # steps the latest drafted choice still holds (STAY)
+    stay_choice: tuple[int, bool] = (0, False)  # ... and that choice: (cap, narrow)
 
     memory: dict | None = field(default=None, repr=False)  # the `remembered` slot of this run
 
     def reset(self, memory: dict | None = None) -> None:
         self.__init__(
-            fade=self.fade, plain_quantile=self.plain_quantile, run_probe_at=self.run_probe_at, settle=self.settle
+            fade=self.fade,
+            plain_quantile=self.plain_quantile,
+            run_probe_at=self.run_probe_at,
+            settle=self.settle,
+            bound_always=self.bound_always,
+            stay=self.stay,
+            deeper_margin=self.deeper_margin,
         )
         self.memory = memory
         if memory and memory.get("plain"):
@@ -336,6 +374,10 @@ class CostAwareBudget(FullBudget):
             cap, self.narrow, left = self.hold
             self.hold = (cap, self.narrow, left - 1) if left > 1 else None
             return cap
+        if self.stay_left > 0 and self.steps < self.next_probe:
+            self.stay_left -= 1  # a drafted choice holds (see STAY)
+            cap, self.narrow = self.stay_choice
+            return cap
         if self.steps < self.quiet_until and self.steps < self.next_probe:
             return 0  # plain steps were best and nothing has been learned since (see QUIET)
         best, narrow, spine_first, whole_share = self._best()
@@ -367,11 +409,14 @@ class CostAwareBudget(FullBudget):
                 self.probe_open, self.probe_tail = 0.0, 0  # an idle probe: its cost counts until PROBE_TAIL
             return cap
         self.narrow = narrow
+        if best > 0:
+            self.stay_left, self.stay_choice = self.stay - 1, (best, narrow)
         return best
 
     def _best(self) -> tuple[int, bool, bool, float]:
         """The best cap, whether it is narrow, whether a one-deep spine rates above a one-deep tree (what a probe
-        from plain steps drafts), and the whole draft's rate as a share of the best cap's (DEEP_SHARE)."""
+        from plain steps drafts), and the whole draft's rate as a share of the best cap's (DEEP_SHARE). Anything
+        deeper or wider than one token must rate DEEPER_MARGIN above a one-deep draft to be chosen."""
         caps = range(self.max_depth + 1)
         seconds = self._seconds(caps)  # every cap's estimate from one pass over the measured depths
         tokens = self._expected(self.max_depth, *self._tree_counts())  # and every cap's expected tokens
@@ -379,11 +424,16 @@ class CostAwareBudget(FullBudget):
         best = max(caps, key=rates.__getitem__)
         whole = rates[-1]  # every depth: an uncapped draft
         if not self.branched:
+            if best > 1 and rates[0] < rates[1] and rates[best] < rates[1] * (1 + self.deeper_margin):
+                best = 1
             return best, False, False, whole / max(rates[best], 1e-9)
         spine_seconds = self._narrow_seconds(caps)
         spine_tokens = self._expected(self.max_depth, self.spine_reached, self.spine_accepted)
         spine_rates = [t / max(sec, 1e-9) for t, sec in zip(spine_tokens, spine_seconds)]
         spine_best = max(caps[1:], key=spine_rates.__getitem__)
+        top = max(spine_rates[spine_best], rates[best])
+        if rates[0] < spine_rates[1] and top < spine_rates[1] * (1 + self.deeper_margin):
+            return 1, True, True, whole / max(spine_rates[1], 1e-9)  # the one-deep spine (see DEEPER_MARGIN)
         if spine_rates[spine_best] > rates[best]:
             return spine_best, True, True, whole / max(spine_rates[spine_best], 1e-9)
         return best, False, spine_rates[1] > rates[1], whole / max(rates[best], 1e-9)
@@ -483,9 +533,9 @@ class CostAwareBudget(FullBudget):
         return self._bounded(_median(self.recent[depth]), False, depth, plain, ratio)
 
     def _bounded(self, measured: float, narrow: bool, depth: int, plain: float, ratio: float | None) -> float:
-        """`measured`, or once stale at most drafting `depth` deep plus a plain step scaled by `ratio` (the forward
-        of depth + 1 tokens against one's; None: no bound)."""
-        if ratio is None or depth not in self.draft_recent or self._fresh(narrow, depth):
+        """`measured`, or at most drafting `depth` deep plus a plain step scaled by `ratio` (the forward of depth + 1
+        tokens against one's; None: no bound); with `bound_always` off, only once stale (STALE_STEPS)."""
+        if ratio is None or depth not in self.draft_recent or (not self.bound_always and self._fresh(narrow, depth)):
             return measured
         return min(measured, _median(self.draft_recent[depth]) + plain * ratio)
 

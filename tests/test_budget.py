@@ -3,6 +3,7 @@
 import pytest
 
 from engine.budget import (
+    DEEPER_MARGIN,
     EXPLORE_EVERY,
     FADE,
     MAX_BACKOFF,
@@ -10,6 +11,7 @@ from engine.budget import (
     PRIOR_WEIGHT,
     SETTLE,
     STALE_STEPS,
+    STAY,
     WARMUP_STEPS,
     CostAwareBudget,
     FullBudget,
@@ -273,6 +275,8 @@ def test_a_run_starts_from_what_the_last_run_learned():
     assert second.seconds(4) == first.seconds(4) and second.seconds(0) == first.seconds(0)
     assert second.reached[0] == PRIOR_WEIGHT and second.accepted[0] == PRIOR_WEIGHT  # every depth-1 token accepted
     best = max(range(5), key=second.rate)  # from the remembered costs and acceptance
+    if second.rate(best) < second.rate(1) * (1 + DEEPER_MARGIN):
+        best = 1  # deeper drafts must rate DEEPER_MARGIN above a one-deep one
     assert best > 0 and second.choose() == best  # the best cap at once: no full drafts, no plain step to measure
     later = run(second, 40, lambda d: 0, lambda d: 0.010 + 0.004 * d)  # the new text: nothing is accepted any more
     assert later[-20:].count(0) > 14, later
@@ -561,11 +565,11 @@ def test_a_spine_priced_by_its_cold_first_steps_is_chosen_again():
 
 
 def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured_forward():
-    """Two tokens measured at 1.3 one token's forward: a one-deep spine whose cold steps took 30 ms, once that price
-    is STALE_STEPS old, is priced at its drafting (2 ms) plus 1.3 plain steps (10 ms each); without a measurement,
-    NARROW_GUESS per spine token."""
+    """Two tokens measured at 1.3 one token's forward: a one-deep spine whose cold steps took 30 ms is priced at its
+    drafting (2 ms) plus 1.3 plain steps (10 ms each) at once (BOUND_ALWAYS) or, with the bound for stale prices
+    only, once that price is STALE_STEPS old; without a measurement, NARROW_GUESS per spine token."""
     for measured, ratio in ((True, 1.3), (False, 1 + NARROW_GUESS)):
-        budget = CostAwareBudget()
+        budget = CostAwareBudget(bound_always=False)
         if measured:
             budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
         budget.plain_floor = 0.010
@@ -579,6 +583,11 @@ def test_a_spines_bound_is_its_drafting_plus_a_plain_step_scaled_by_the_measured
         budget.narrow = False
         budget.observe(1, tree(1), 1, 0.004, 0.012, [0])  # a tree's drafting counts too (a spine drafts the same)
         assert budget._narrow_seconds([1])[0] == pytest.approx(0.003 + 0.010 * ratio)
+    budget = CostAwareBudget()  # the default: bounded from its first timed step
+    budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
+    budget.plain_floor, budget.branched, budget.drafted, budget.narrow = 0.010, True, True, True
+    budget.observe(1, tree(1).spine(), 1, 0.002, 0.028, [0])
+    assert budget._narrow_seconds([1])[0] == pytest.approx(0.002 + 0.010 * 1.3)
 
 
 def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
@@ -586,7 +595,7 @@ def test_a_chains_price_is_bounded_like_a_spines_and_a_trees_is_not():
     verifies depth + 1 tokens, so once its price is stale it costs at most its drafting plus the scaled plain step.
     A tree verifies more tokens than its depth tells: its measured price stands."""
     for branched, bounded in ((False, True), (True, False)):
-        budget = CostAwareBudget()
+        budget = CostAwareBudget(bound_always=False)
         budget.price_forwards(lambda widths: {k: 0.004 + 0.0012 * (k - 1) for k in widths})
         budget.plain_floor, budget.drafted, budget.branched = 0.010, True, branched
         draft = tree(1) if branched else chain(1)
@@ -604,3 +613,44 @@ def test_whole_drafts_are_probed_only_while_they_rate_near_the_best_cap():
     caps = run(budget, 200, lambda d: min(d, 1), lambda d: 0.010 + (0.001 if d == 1 else 0.010 * d))
     assert None not in caps[WARMUP_STEPS:], caps
     assert caps[WARMUP_STEPS:].count(1) > 0.7 * len(caps[WARMUP_STEPS:])  # the rest: probes one deeper
+
+
+def settled(branched: bool = False, **knobs) -> CostAwareBudget:
+    """A budget well past its warm-up, plain steps at 10 ms, no probe due."""
+    budget = CostAwareBudget(**knobs)
+    budget.reset(None)
+    budget.steps, budget.next_probe, budget.drafted, budget.branched = 50, 10**6, True, branched
+    budget.remembered_plain, budget.plain_floor = [0.010], 0.010
+    return budget
+
+
+def test_deeper_drafts_must_rate_the_margin_above_a_one_deep_one():
+    """On a CPU the budget's estimates of deeper drafts sat within 10% of a one-deep one, and a fixed one-deep draft
+    every step beat it: a chain two deep is chosen only when it rates DEEPER_MARGIN above one deep; a tree only when
+    it rates that much above its one-deep spine."""
+    for ratio, margin, expected in ((1.05, DEEPER_MARGIN, 1), (1.30, DEEPER_MARGIN, 2), (1.05, 0.0, 2)):
+        budget = settled(deeper_margin=margin)
+        budget.max_depth, budget.reached, budget.accepted = 2, [100.0, 100.0], [100.0, 50.0]
+        one = budget.expected_tokens(1) / 0.012
+        budget.recent = {0: [0.010], 1: [0.012], 2: [budget.expected_tokens(2) / (one * ratio)]}
+        assert budget.choose() == expected, (ratio, margin)
+        assert not budget.narrow
+    for margin, expected in ((DEEPER_MARGIN, (1, True)), (0.0, (1, False))):
+        budget = settled(branched=True, deeper_margin=margin)
+        budget.max_depth, budget.reached, budget.accepted = 1, [100.0], [100.0]  # the tree's first level: always
+        budget.spine_reached, budget.spine_accepted = [100.0], [80.0]  # its first child: four times in five
+        budget.recent, budget.narrow_recent = {0: [0.010], 1: [0.012]}, {1: [0.012]}  # 11% more tokens, same price
+        assert (budget.choose(), budget.narrow) == expected, margin
+
+
+def test_a_drafted_choice_holds_for_stay_steps():
+    """Every change of depth switches the target's verify to another compiled graph whose first steps run cold: a
+    drafted choice holds for STAY steps, even once plain steps rate best, then the budget chooses afresh."""
+    budget = settled()
+    budget.max_depth, budget.reached, budget.accepted = 1, [100.0], [90.0]
+    budget.recent = {0: [0.010], 1: [0.012]}
+    assert budget.choose() == 1
+    budget.accepted = [0.0]  # the text turns: nothing is accepted any more, plain steps rate best
+    held = [budget.choose() for _ in range(STAY - 1)]
+    assert held == [1] * (STAY - 1)
+    assert budget.choose() == 0
