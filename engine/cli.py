@@ -178,6 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     e3.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
     e3.add_argument("--draft-vocab", type=int, default=2048, help="draft vocabulary: the most frequent training tokens")
     e3.add_argument("--ttt-steps", type=int, default=4, help="training-time test: unroll steps on the head's outputs")
+    e3.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        help="go on training this EAGLE-3 head folder (its draft vocabulary too) instead of a fresh head",
+    )
     e3.add_argument("--steps", type=int, default=500)
     e3.add_argument("--out", required=True)
     dr = tsub.add_parser("draft", help="distill a small vanilla draft from a frozen target (shares its tokenizer)")
@@ -481,7 +487,13 @@ def cmd_train(args) -> int:
         if args.steps < 1 or args.draft_vocab < 1 or args.ttt_steps < 1:
             raise GlanceError("--steps, --draft-vocab and --ttt-steps must be positive")
         report = train_eagle3(
-            args.target, Path(args.out), args.steps, args.data, draft_vocab=args.draft_vocab, ttt_steps=args.ttt_steps
+            args.target,
+            Path(args.out),
+            args.steps,
+            args.data,
+            draft_vocab=args.draft_vocab,
+            ttt_steps=args.ttt_steps,
+            start_from=args.start_from,
         )
         print(json.dumps(report, indent=2))
         return 0

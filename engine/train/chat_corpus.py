@@ -147,18 +147,65 @@ def prompts() -> list[str]:
     return out
 
 
+MORE_TASKS = [
+    "counts the words in a sentence",
+    "returns the last element of a list",
+    "checks if a year is a leap year",
+    "converts a string to title case",
+    "finds the index of an item in a list",
+    "computes the sum of a list of numbers",
+    "returns the even numbers of a list",
+    "joins a list of strings with commas",
+    "checks if a list is sorted",
+    "counts how often each letter appears",
+    "converts kilometres to miles",
+    "returns the maximum of three numbers",
+]
+ACTIVITIES = [
+    "cooking at home",
+    "running",
+    "saving energy",
+    "writing an essay",
+    "learning to code",
+    "sleeping better",
+    "keeping a plant alive",
+    "travelling cheaply",
+    "public speaking",
+    "staying focused",
+]
+
+
+def wide_prompts() -> list[str]:
+    """`prompts()` plus more templates over the same and new subjects (none from the held-out chat suite): a corpus
+    about three times as varied, for heads trained longer."""
+    out = prompts()
+    out += [f"Describe how {t} work." if t.endswith("s") else f"Describe how {t} works." for t in TOPICS]
+    out += [f"Give a short history of {t}." for t in TOPICS]
+    out += [f"Write a Python function that {t}." for t in MORE_TASKS]
+    out += [f"Write a Python function that {t}, with a docstring and an example." for t in TASKS]
+    out += [f"Give me {n} tips for {a}." for n, a in itertools.product(["three", "five"], ACTIVITIES)]
+    out += [f"Make this sentence more formal: {s}" for s in SENTENCES] + [f"Paraphrase: {s}" for s in SENTENCES]
+    out += [f"What is {a} times {b}?" for a, b in [(3, 9), (14, 5), (21, 3), (8, 13), (16, 16)]]
+    out += [f"What is {p} percent of {n}?" for p, n in [(10, 250), (50, 36), (20, 45), (75, 200)]]
+    random.Random(1).shuffle(out)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", required=True)
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--repeat", type=int, default=3, help="how often the answers appear in the training file")
+    ap.add_argument("--wide", action="store_true", help="the wider prompt set (wide_prompts)")
+    ap.add_argument("--samples", type=int, default=1, help="answers sampled per prompt")
     args = ap.parse_args()
     torch.manual_seed(0)
     m = load_model(args.target, dtype="bfloat16")
     tok, model = m.tokenizer, m.model
     tok.padding_side = "left"
     answers, t0, total = [], time.time(), 0
-    todo = prompts()
+    base = wide_prompts() if args.wide else prompts()
+    todo = base[:-12] * args.samples + base[-12:]  # the held-out 12 answered once, their prompts never trained on
     for i in range(0, len(todo), 32):
         chunk = todo[i : i + 32]
         texts = [

@@ -116,16 +116,24 @@ def train_eagle3(
     seq_len: int = 256,
     lr: float = 1e-3,
     seed: int = 0,
+    start_from: str | None = None,
 ) -> dict:
-    """Train (or resume) an EAGLE-3 head for the target and save it in the published layout to `out`."""
+    """Train (or resume) an EAGLE-3 head for the target and save it in the published layout to `out`. `start_from`:
+    a trained head's folder to go on training (its weights, feature layers and draft vocabulary; `draft_vocab` is
+    then ignored)."""
     from engine.chat import stop_ids
+    from engine.heads.eagle3 import load_eagle3_head
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
     vocab = target.get_output_embeddings().weight.shape[0]
-    draft_ids = frequent_tokens(train, vocab, draft_vocab, stop_ids(target, loaded.tokenizer, True))
-    head = Eagle3Head.for_target(target, draft_ids).float()
+    if start_from:
+        head = load_eagle3_head(start_from, target).float()
+        draft_ids = head.target_ids()
+    else:
+        draft_ids = frequent_tokens(train, vocab, draft_vocab, stop_ids(target, loaded.tokenizer, True))
+        head = Eagle3Head.for_target(target, draft_ids).float()
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)
 
@@ -141,6 +149,7 @@ def train_eagle3(
         accuracy = depth_accuracy(head, target, held, steps=ttt_steps)
     report = {
         "target": str(target_path),
+        "started_from": str(start_from) if start_from else None,
         "steps": cfg.steps,
         "tokens": cfg.steps * batch_size * seq_len,
         "ttt_steps": ttt_steps,
