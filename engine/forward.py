@@ -49,6 +49,15 @@ COMPILE_STEPS = 3  # progress reports per compiled model: one token, two, severa
 # for any. Measured on the bundled target (float32, the AVX2 EPYC, interleaved, 300 calls each after a 300-token
 # prompt): one token 12.81 ms, two in the symbolic graph 16.14, two in their own graph 13.39; compiling it took 49 s.
 STATIC_TOKENS = 2
+# The symbolic graph (three tokens and more: trees, lookahead's window, spines two deep and more) is traced, and its
+# products timed (tune_products), at this many rows: inductor picks each product's kernel once, at the traced size,
+# and that kernel serves every size. Traced at 3 rows (as it was), the picks fitted three rows and scaled badly:
+# forwards of 8 / 16 / 64 new tokens (bf16, this 2-core EPYC without AMX, 128 cached tokens) took 9.9 / 14.4-17.4 /
+# 41-54 ms on the bundled target and 55.7 / 100 / 348 ms on SmolLM2-135M (eager: 46 / 53 / 100), where traced at 16
+# they took 5.4-6.5 / 6.5-6.6 / 15 ms and 26-28 / 31-32 / 74-77 ms; three and four tokens moved from 6.5 / 5.5-5.8
+# to 5.0-5.4 / 4.9-6.6 ms on the bundled target and from about 16 (four) to 24 ms on SmolLM2 (a separate process,
+# its one-token forwards 15.6 ms where the other's took 11.6-14.3).
+SEVERAL_TOKENS = 16
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
 # steps. Larger ones build their primitives when first seen.
@@ -359,9 +368,10 @@ class CompiledForward(torch.nn.Module):
         self.strict = True
         try:
             with torch.no_grad():
-                cache = self.new_cache(16)
+                cache = self.new_cache(32)
                 self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
-                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens"), (3, "several tokens")]
+                several = max(3, SEVERAL_TOKENS // rows)  # about SEVERAL_TOKENS rows of each product in all
+                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens"), (several, "several tokens")]
                 if rows > 1:  # batches run the symbolic graph at two tokens too (see forward)
                     widths.remove((STATIC_TOKENS, "two tokens"))
                 for i, (width, what) in enumerate(widths):
