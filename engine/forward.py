@@ -41,7 +41,7 @@ Progress = Callable[[int, int, str], None]
 T = TypeVar("T")
 RECOMPILE_LIMIT = 32
 TUNE_PRODUCTS = "GLANCE_TUNE_PRODUCTS"  # "0": compile without timing each matrix product (tune_products)
-COMPILE_STEPS = 3  # progress reports per compiled model: one token, two, several
+COMPILE_STEPS = 4  # progress reports per compiled model: one token, two, a few, several
 # A one-row forward of two new tokens (a one-deep draft verified, the budget's commonest choice off the suite; a
 # draft model's or head's catch-up after it) runs in a graph specialised to two, as a one-token forward runs in one
 # specialised to one (dynamo's rule for sizes 0 and 1); every other size shares the symbolic graph. Specialised,
@@ -49,14 +49,15 @@ COMPILE_STEPS = 3  # progress reports per compiled model: one token, two, severa
 # for any. Measured on the bundled target (float32, the AVX2 EPYC, interleaved, 300 calls each after a 300-token
 # prompt): one token 12.81 ms, two in the symbolic graph 16.14, two in their own graph 13.39; compiling it took 49 s.
 STATIC_TOKENS = 2
-# The symbolic graph (three tokens and more: trees, lookahead's window, spines two deep and more) is traced, and its
-# products timed (tune_products), at this many rows: inductor picks each product's kernel once, at the traced size,
-# and that kernel serves every size. Traced at 3 rows (as it was), the picks fitted three rows and scaled badly:
-# forwards of 8 / 16 / 64 new tokens (bf16, this 2-core EPYC without AMX, 128 cached tokens) took 9.9 / 14.4-17.4 /
-# 41-54 ms on the bundled target and 55.7 / 100 / 348 ms on SmolLM2-135M (eager: 46 / 53 / 100), where traced at 16
-# they took 5.4-6.5 / 6.5-6.6 / 15 ms and 26-28 / 31-32 / 74-77 ms; three and four tokens moved from 6.5 / 5.5-5.8
-# to 5.0-5.4 / 4.9-6.6 ms on the bundled target and from about 16 (four) to 24 ms on SmolLM2 (a separate process,
-# its one-token forwards 15.6 ms where the other's took 11.6-14.3).
+# A one-row forward of three or four new tokens (spines two and three deep) runs in a symbolic graph of its own,
+# traced at three, and five or more (trees, lookahead's window) in one traced at SEVERAL_TOKENS. Inductor picks each
+# product's kernel once, at the size a graph is traced at (tune_products), and that pick serves every size the graph
+# runs. One graph traced at three (as it was) scaled badly: forwards of 8 / 16 / 64 new tokens (bf16, this 2-core
+# EPYC without AMX, 128 cached tokens) took 9.9 / 14.4-17.4 / 41-54 ms on the bundled target and 55.7 / 100 / 348 ms
+# on SmolLM2-135M (eager: 46 / 53 / 100), where traced at 16 they took 5.4-6.5 / 6.5-6.6 / 15 ms and 26-28 / 31-32 /
+# 74-77 ms. Traced at 16 alone, four tokens slowed from 5.3-5.9 to 6.4-6.6 ms (lookahead's fitted window, as decoded
+# off the suite) and from about 16 to 20-24 ms on SmolLM2, and lookahead fell from 1.62x to 1.22x of plain decoding.
+SMALL_TOKENS = 4
 SEVERAL_TOKENS = 16
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
@@ -188,7 +189,7 @@ def _mark_tokens_static(kwargs: dict) -> None:
     torch._dynamo.mark_static(kwargs["attention_mask"], 2)  # [1, 1, S, width]
 
 
-def _graph_function(model: torch.nn.Module) -> Callable:
+def _graph_function(model: torch.nn.Module, tag: str = "") -> Callable:
     """What gets compiled for `model`: its forward plus each row's argmax (greedy verification and lookahead's
     guesses read it; fused into the graph it is nearly free, while aten's argmax over bf16 logits of 17 rows took
     0.2-0.4 ms here). It runs `model.forward`, not the module call, so the benchmark clock's hooks stay outside the
@@ -200,7 +201,7 @@ def _graph_function(model: torch.nn.Module) -> Callable:
         out = model.forward(**kwargs)
         return out, out.logits.argmax(-1)  # [B, S]
 
-    code = decode.__code__.replace(co_name=f"decode_{type(model).__name__}_{id(model):x}")
+    code = decode.__code__.replace(co_name=f"decode_{type(model).__name__}_{id(model):x}{tag}")
     return types.FunctionType(code, decode.__globals__, code.co_name, None, decode.__closure__)
 
 
@@ -249,6 +250,8 @@ class CompiledForward(torch.nn.Module):
         # a graph of its own. (Global, as freezing is: read whenever dynamo traces.)
         torch.fx.experimental._config.use_duck_shape = False
         self.graph = compile_function(_graph_function(model)) if compile else None
+        # one row, three or four new tokens (SMALL_TOKENS): products picked for a few rows
+        self.small_graph = compile_function(_graph_function(model, "_few")) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
         self._ramp: torch.Tensor | None = None  # the causal mask's row template (_causal)
@@ -341,8 +344,9 @@ class CompiledForward(torch.nn.Module):
         else:
             if S == STATIC_TOKENS and B == 1:
                 _mark_tokens_static(kwargs)
+            few = B == 1 and STATIC_TOKENS < S <= SMALL_TOKENS and self.small_graph is not None
             try:
-                out, greedy = self.graph(cache.move_inputs(device), **kwargs)
+                out, greedy = (self.small_graph if few else self.graph)(cache.move_inputs(device), **kwargs)
                 cache.moves_done()
                 out.greedy = greedy
             except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager
@@ -370,10 +374,10 @@ class CompiledForward(torch.nn.Module):
             with torch.no_grad():
                 cache = self.new_cache(32)
                 self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
-                several = max(3, SEVERAL_TOKENS // rows)  # about SEVERAL_TOKENS rows of each product in all
-                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens"), (several, "several tokens")]
-                if rows > 1:  # batches run the symbolic graph at two tokens too (see forward)
-                    widths.remove((STATIC_TOKENS, "two tokens"))
+                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens")]
+                widths += [(STATIC_TOKENS + 1, "a few tokens"), (SEVERAL_TOKENS, "several tokens")]
+                if rows > 1:  # batches run one symbolic graph from two tokens on (see forward)
+                    widths = [(1, "one token"), (3, "several tokens")]
                 for i, (width, what) in enumerate(widths):
                     if progress is not None:
                         batch = f" in batches of {rows}" if rows > 1 else ""
@@ -388,7 +392,7 @@ class CompiledForward(torch.nn.Module):
             self.strict = False
 
     def _give_up(self, exc: Exception) -> None:
-        self.graph = None
+        self.graph = self.small_graph = None
         self.failure = f"torch.compile failed ({reason(exc)}): running {type(self.model).__name__} eager"
         _REGISTRY.pop(self.model, None)
 

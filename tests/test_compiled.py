@@ -263,9 +263,25 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
     readout = compiled_readout_of(make["medusa"]().heads)  # and Medusa's compiled read-outs (every head; head 0)
     for key in readout.graphs:
         readout.graphs[key] = counted(readout.graphs[key], calls, "medusa")
-    first = decode_all(target, make, PROMPTS)
+    forward = forward_for(target)  # and the target's two symbolic graphs: three or four tokens, more
+    graph, few = forward.graph, forward.small_graph
+    widths = {}
+
+    def by_width(run, key):
+        def call(moves, **kwargs):
+            widths.setdefault(key, set()).add(kwargs["input_ids"].shape[1])
+            return run(moves, **kwargs)
+
+        return call
+
+    forward.graph, forward.small_graph = by_width(graph, "graph"), by_width(few, "few")
+    try:
+        first = decode_all(target, make, PROMPTS)
+    finally:
+        forward.graph, forward.small_graph = graph, few
     assert first == eager
     assert calls["eagle"] > NEW and calls["eagle3"] > NEW and calls["medusa"] > NEW / 4, calls
+    assert widths["few"] <= {3, 4} and widths["few"] and max(widths["graph"]) > 4, widths
     graphs = counters["stats"]["unique_graphs"]
     again = decode_all(target, make, PROMPTS[::-1])  # other prompt lengths, other tree sizes: the same graphs
     assert again == {m: t[::-1] for m, t in eager.items()}

@@ -110,23 +110,28 @@ def test_a_cpu_whose_onednn_cannot_multiply_the_dtype_leaves_the_model_as_it_is(
 
 @packs_bf16
 def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weights():
-    """Compiling packs the model first: the one-, two- and several-token graphs all read the one packed copy (no
-    graph breaks from the fused projections) and compute what the packed model computes eager."""
+    """Compiling packs the model first: the one-, two-, few- and several-token graphs all read the one packed copy
+    (no graph breaks from the fused projections) and compute what the packed model computes eager."""
     model = half("llama")
     forward = CompiledForward(model)
     try:
         assert linears(model) == []
         graphs = counters["stats"]["unique_graphs"]
         forward.warm_up()
-        assert counters["stats"]["unique_graphs"] - graphs == 3  # one token, two (STATIC_TOKENS), several
+        # one token, two (STATIC_TOKENS), three or four (SMALL_TOKENS), several (SEVERAL_TOKENS)
+        assert counters["stats"]["unique_graphs"] - graphs == 4
         with torch.no_grad():
             cache = forward.new_cache(16)
             forward(IDS[:, :6], cache)  # eager prefill
             one, two = forward(IDS[:, 6:7], cache).logits, forward(IDS[:, 7:9], cache).logits
-            several = forward(IDS[:, 9:], cache).logits  # three tokens
+            few = forward(IDS[:, 9:], cache).logits  # three tokens
+            cache = forward.new_cache(16)
+            forward(IDS[:, :4], cache)
+            several = forward(IDS[:, 4:], cache).logits  # eight
             whole = model(input_ids=IDS).logits  # eager, packed
-        got = torch.cat([one, two, several], 1).float()
-        torch.testing.assert_close(got, whole[:, 6:].float(), atol=0.05, rtol=0.02)
+            assert counters["stats"]["unique_graphs"] - graphs == 4
+        torch.testing.assert_close(torch.cat([one, two, few], 1).float(), whole[:, 6:].float(), atol=0.05, rtol=0.02)
+        torch.testing.assert_close(several.float(), whole[:, 4:].float(), atol=0.05, rtol=0.02)
     finally:
         uncompile(model)
 
@@ -137,8 +142,9 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
     terminal; the tuned graph computes what the eager model computes. Both caches off, so the timing runs here
     rather than being read from an earlier compile. The one- and two-token graphs take the C++ kernel untimed
     (SMALL_GRAPH_PRODUCTS: timed, oneDNN won most of the bundled target's two-token products, and a one-deep draft's
-    verify cost 1.25-1.35 one-token forwards on the bf16 EPYC); the symbolic graph (three tokens and more) is timed,
-    at SEVERAL_TOKENS rows (timed at three, its picks ran 64 new tokens at 2.5-4.5x the cost of picks timed at 16)."""
+    verify cost 1.25-1.35 one-token forwards on the bf16 EPYC); the two symbolic graphs are timed, one at three rows
+    (three and four tokens), one at SEVERAL_TOKENS (timed at three, its picks ran 64 new tokens at 2.5-4.5x the cost
+    of picks timed at 16)."""
     from engine.forward import SEVERAL_TOKENS, TUNE_PRODUCTS
 
     monkeypatch.setenv(TUNE_PRODUCTS, "1")  # the suite compiles untuned (conftest); this test is about tuning
@@ -155,10 +161,20 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
         return out
 
     forward.graph = counted
+    few = forward.small_graph
+
+    def counted_few(moves, **kwargs):
+        before = counters["inductor"]["select_algorithm_autotune"]
+        out = few(moves, **kwargs)
+        timed[kwargs["input_ids"].shape[1]] = counters["inductor"]["select_algorithm_autotune"] - before
+        return out
+
+    forward.small_graph = counted_few
     try:
         with torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False):
             forward.warm_up()
-        assert timed[SEVERAL_TOKENS] > 0 and timed[1] == timed[2] == 0 and set(timed) == {1, 2, SEVERAL_TOKENS}, timed
+        assert set(timed) == {1, 2, 3, SEVERAL_TOKENS} and timed[1] == timed[2] == 0, timed
+        assert timed[3] > 0 and timed[SEVERAL_TOKENS] > 0, timed  # two symbolic graphs, each timed at its size
         assert torch._inductor.config.max_autotune_gemm
         err = capfd.readouterr().err
         assert "AUTOTUNE" not in err and "Autotune Choices" not in err and "TypedStorage" not in err, err[-2000:]
