@@ -59,6 +59,14 @@ class NgramPool:
 # (`NgramDrafter.fit_batch`): on the AVX2 EPYC, where 33 tokens cost 4.4 one-token forwards, 1/3/1 (off the suite
 # 1.68x of plain decoding against 0.97x for 4/5/4; on the suite 1.48x against 0.88x).
 TAU_FIT = (1.07, 0.60)
+# A larger window than the smallest stage (1/3/1) must rate this share above it: the fit is within 0.25 tokens a
+# step, and a larger window's forward costs more in a decode than measured alone (the window's mask, its n-gram
+# bookkeeping). Once the compiled target ran forwards of five to 16 tokens in a graph traced at 16 (engine/forward.py:
+# SEVERAL_TOKENS), 2/3/2 (nine tokens, 6.65 ms a forward in a decode against 5.3-5.9 for 1/3/1's four) rated 5% above
+# 1/3/1 and ran off the suite at 0.89-1.15x of plain decoding where 1/3/1 ran 1.59-1.61x (bf16 EPYC, interleaved,
+# three rounds). Where a forward costs about the same at every width (a GPU), 4/5/4 rates 50% above 1/3/1. One row
+# only: batches' windows were measured without it (the sweep), and nothing here measured them again.
+WINDOW_MARGIN = 0.15
 
 
 def row_tokens(window: int, ngram: int, guesses: int) -> int:
@@ -116,7 +124,8 @@ class NgramDrafter(Drafter):
 
     def fit_batch(self, rows: int, forward_costs: ForwardCosts) -> None:
         """The one of `shrunk()` with the most expected tokens per second: `expected_tau` of its tokens a row over
-        the target's forward cost measured at `rows` rows (`forward_costs(widths)`: {tokens a row: seconds}). Where
+        the target's forward cost measured at `rows` rows (`forward_costs(widths)`: {tokens a row: seconds}); for one
+        row, a larger one than the smallest only where it rates WINDOW_MARGIN above it (not batches). Where
         the forward costs about the same at every width (a GPU) that is the whole window; on this CPU at B = 4 a
         small one. Exactness is untouched: only the window's and the guesses' sizes change, as with any setting."""
         stages = self.shrunk()
@@ -124,7 +133,10 @@ class NgramDrafter(Drafter):
         costs = forward_costs(sorted(set(width.values())))
         if not costs:
             return
-        best = max(stages, key=lambda s: expected_tau(width[s]) / costs[width[s]])  # the first (largest) of ties
+        rate = {s: expected_tau(width[s]) / costs[width[s]] for s in stages}
+        floor = rate[stages[-1]] * (1 + (WINDOW_MARGIN if rows == 1 else 0.0))  # a larger window's bar
+        larger = [s for s in stages[:-1] if rate[s] >= floor]
+        best = max(larger, key=rate.get) if larger else stages[-1]  # the first (largest) of ties
         self.window, self.ngram, self.guesses = best
         self.extra_positions = self.window + self.ngram
         self.reset()
