@@ -34,7 +34,7 @@ def plain_copy(model):
 def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32", log=print) -> Path:
     """Write the model and tokenizer in `gguf` to `out`; written to a temporary folder first and moved into place,
     so an interrupted or failed conversion (a full disk) never leaves a half folder that looks like a model."""
-    from engine.models import load_model
+    from engine.models import load_model, save_tokenizer
 
     out = Path(out)
     if (out / "config.json").exists():
@@ -45,7 +45,7 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "
     try:
         log(f"writing {loaded.parameters / 1e6:.0f}M parameters ({dtype}) ...")
         plain_copy(loaded.model).save_pretrained(tmp, safe_serialization=True)
-        loaded.tokenizer.save_pretrained(tmp)
+        save_tokenizer(loaded.tokenizer, tmp)
         if out.exists():
             out.rmdir()  # an empty folder the user made for it
         tmp.rename(out)

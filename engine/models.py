@@ -260,3 +260,18 @@ def check_same_vocabulary(target: LoadedModel, draft: LoadedModel) -> None:
             f"the draft '{draft.name}' reads {readable} token ids but the target can emit {needed}: "
             "pick a draft with the target's full vocabulary"
         )
+
+
+LOAD_ONLY_KEYS = ("local_files_only", "trust_remote_code")  # how Glance loaded the tokenizer, not what it is
+
+
+def save_tokenizer(tokenizer, out: Path) -> None:
+    """Save `tokenizer` into the model folder `out`, without the keyword arguments Glance loaded it with (transformers
+    writes them into tokenizer_config.json, and a folder saved with `local_files_only` would keep a user who loads it
+    elsewhere offline)."""
+    tokenizer.save_pretrained(str(out))
+    config = Path(out) / "tokenizer_config.json"
+    if config.exists():
+        data = json.loads(config.read_text())
+        if any(k in data for k in LOAD_ONLY_KEYS):
+            config.write_text(json.dumps({k: v for k, v in data.items() if k not in LOAD_ONLY_KEYS}, indent=2))

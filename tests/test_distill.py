@@ -64,6 +64,8 @@ def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(
     assert set(after) <= set(before) and all(v.dtype == torch.bfloat16 for v in after.values())
     moved = [k for k in after if not torch.equal(after[k], before[k].to(torch.bfloat16))]
     assert "model.embed_tokens.weight" in moved and any(".layers." in k for k in moved)  # every weight trains
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert "local_files_only" not in tokenizer_config and "trust_remote_code" not in tokenizer_config  # how, not what
 
     from engine.sampling import SamplingConfig
     from engine.session import RaceSettings, Session

@@ -18,6 +18,7 @@ import torch
 
 from engine.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.errors import GlanceError
+from engine.models import save_tokenizer
 from engine.train.heads import head_config, prepare, train_head
 from engine.train.precision import training_autocast
 
@@ -148,7 +149,7 @@ def train_draft(
         save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
     else:
         draft.to(torch.bfloat16).save_pretrained(str(out))
-        loaded.tokenizer.save_pretrained(str(out))
+        save_tokenizer(loaded.tokenizer, out)
         draft.float()
     with training_autocast():
         agreement = heldout_agreement(draft, target, held)
