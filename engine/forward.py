@@ -44,7 +44,7 @@ TUNE_PRODUCTS = "GLANCE_TUNE_PRODUCTS"  # "0": compile without timing each matri
 COMPILE_STEPS = 4  # progress reports per compiled model: one token, two, a few, several
 # A one-row forward of two new tokens (a one-deep draft verified, the budget's commonest choice off the suite; a
 # draft model's or head's catch-up after it) runs in a graph specialised to two, as a one-token forward runs in one
-# specialised to one (dynamo's rule for sizes 0 and 1); every other size shares the symbolic graph. Specialised,
+# specialised to one (dynamo's rule for sizes 0 and 1); other sizes run in the symbolic graphs below. Specialised,
 # inductor times each product for two rows (engine.forward.tune_products) where the symbolic graph takes one kernel
 # for any. Measured on the bundled target (float32, the AVX2 EPYC, interleaved, 300 calls each after a 300-token
 # prompt): one token 12.81 ms, two in the symbolic graph 16.14, two in their own graph 13.39; compiling it took 49 s.
