@@ -152,24 +152,18 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
         monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
     model = half("llama")
     forward = CompiledForward(model)
-    graph, timed = forward.graph, {}
+    timed = {}
 
-    def counted(moves, **kwargs):  # the products timed while each width's graph compiles
-        before = counters["inductor"]["select_algorithm_autotune"]
-        out = graph(moves, **kwargs)
-        timed[kwargs["input_ids"].shape[1]] = counters["inductor"]["select_algorithm_autotune"] - before
-        return out
+    def counted(graph):  # the products timed while each width's graph compiles
+        def run(moves, **kwargs):
+            before = counters["inductor"]["select_algorithm_autotune"]
+            out = graph(moves, **kwargs)
+            timed[kwargs["input_ids"].shape[1]] = counters["inductor"]["select_algorithm_autotune"] - before
+            return out
 
-    forward.graph = counted
-    few = forward.small_graph
+        return run
 
-    def counted_few(moves, **kwargs):
-        before = counters["inductor"]["select_algorithm_autotune"]
-        out = few(moves, **kwargs)
-        timed[kwargs["input_ids"].shape[1]] = counters["inductor"]["select_algorithm_autotune"] - before
-        return out
-
-    forward.small_graph = counted_few
+    forward.graph, forward.small_graph = counted(forward.graph), counted(forward.small_graph)
     try:
         with torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False):
             forward.warm_up()

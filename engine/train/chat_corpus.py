@@ -177,8 +177,8 @@ ACTIVITIES = [
 
 
 def wide_prompts() -> list[str]:
-    """`prompts()` plus more templates over the same and new subjects (none from the held-out chat suite): a corpus
-    about three times as varied, for heads trained longer."""
+    """`prompts()` plus more templates over the same and new subjects (none from the held-out chat suite): about
+    twice as many prompts, for heads trained longer."""
     out = prompts()
     out += [f"Describe how {t} work." if t.endswith("s") else f"Describe how {t} works." for t in TOPICS]
     out += [f"Give a short history of {t}." for t in TOPICS]

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from engine.features import layer_inputs
-from engine.heads.eagle3 import Eagle3Head
+from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.train.heads import head_config, prepare, train_head
 from engine.train.precision import training_autocast
 from engine.tree import additive_mask
@@ -122,7 +122,6 @@ def train_eagle3(
     a trained head's folder to go on training (its weights, feature layers and draft vocabulary; `draft_vocab` is
     then ignored)."""
     from engine.chat import stop_ids
-    from engine.heads.eagle3 import load_eagle3_head
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
