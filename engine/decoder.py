@@ -72,7 +72,7 @@ class Decoder:
         self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
         self.details = details
-        self.budget = budget if budget is not None and self.drafter.budgeted else FullBudget()
+        self.budget = self.drafter.budget_for(budget)
         self.cost_aware = budget is not None and budget.name != "full"  # lookahead sizes its window (fit_batch)
         self.budget_name = budget.name if self.cost_aware else self.budget.name  # what sized this run's drafts
         self.device = next(target.parameters()).device

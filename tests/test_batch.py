@@ -344,7 +344,7 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
         assert (drafter.window, drafter.ngram, drafter.guesses) == shape
         assert res.summary.settings["window"] == shape[0]
         assert res.summary.settings["draft_budget"] == ("auto" if budget else "full")  # what sized the window
-    assert measured == [1]
+    assert measured == [1, 1]  # the fit, then the window budget's price of a plain step (one row, auto only)
 
 
 def test_batched_eagle_feeds_each_row_the_latest_prompt_pairs_at_their_positions(setup):

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from engine.budget import FullBudget
 from engine.sampling import SamplingConfig
 from engine.tree import Draft
 
@@ -104,6 +105,11 @@ class Drafter:
 
     def reset(self) -> None:
         """Forget everything from the previous run."""
+
+    def budget_for(self, budget: FullBudget | None) -> FullBudget:
+        """The budget a one-row run of this drafter takes when given `budget` (None: none): the budget itself where
+        it may cap this drafter's depth (`budgeted`), else a full one. Lookahead gates its window instead."""
+        return budget if budget is not None and self.budgeted else FullBudget()
 
     def fit_batch(self, rows: int, forward_costs: ForwardCosts) -> None:
         """Size the draft for a batch of `rows` rows under the cost-aware budget, before the run, from the target's

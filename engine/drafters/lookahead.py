@@ -85,6 +85,8 @@ class LookaheadDrafter(NgramDrafter):
         self.layout: dict[tuple[int, ...], tuple[list[int], torch.Tensor]] = {}
         self._root = -1  # the pending token of the step in flight: the key of window column 0
         self._fed = 0  # committed tokens already fed to the pool
+        self._unresolved: list[tuple[int, list[tuple[int, ...]]]] = []  # plain steps' (position, pooled guesses)
+        self.guessed: list[int] = []  # ... scored once committed (take_guessed)
 
     @property
     def full(self) -> bool:
@@ -98,12 +100,17 @@ class LookaheadDrafter(NgramDrafter):
         self._fed = 0
         self._feed_context(state)
 
+    def pooled(self, root: int) -> list[tuple[int, ...]]:
+        return self.pool.lookup(root) if self.full else []
+
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.guesses == 0:  # nothing would ever be verified: plain decoding, no window either
             return Draft()
+        if max_tokens == 0:  # a plain step (the budget's, or the run's last token): no window
+            return self.plain_step(state)
         self._root = state.tokens[-1]
-        conts = self.pool.lookup(self._root) if self.full and max_tokens > 0 else []
+        conts = self.pooled(self._root)
         conts = [c[:max_tokens] for c in conts]
         tokens, parents, _ = ngram_trie(conts)
         sizes = tuple(map(len, self.levels))
@@ -119,7 +126,8 @@ class LookaheadDrafter(NgramDrafter):
         return Draft(tokens, parents, meta=meta, side_tokens=side, side_offsets=offsets, side_visible=visible)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        if not draft.side_tokens:
+        if not draft.side_tokens:  # a plain step: the window waits, the pool takes the committed text
+            self._feed_context(state)
             return
         newest = self.levels[-1]
         guesses = side_guesses(state)[len(draft.side_tokens) - len(newest) :]  # one per column

@@ -69,6 +69,8 @@ class GlanceLookaheadDrafter(NgramDrafter):
         self.levels: list[list[int]] = []
         self.layout: dict[int, tuple[list[int], torch.Tensor]] = {}
         self._fed = 0  # committed tokens already fed to the pool
+        self._unresolved: list[tuple[int, list[tuple[int, ...]]]] = []  # plain steps' (position, pooled guesses)
+        self.guessed: list[int] = []  # ... scored once committed (take_guessed)
 
     def begin(self, state: DecodeState) -> None:
         rng = random.Random(self.seed)
@@ -77,12 +79,17 @@ class GlanceLookaheadDrafter(NgramDrafter):
         self._fed = 0
         self._feed_context(state)
 
+    def pooled(self, root: int) -> list[tuple[int, ...]]:
+        return self.pool.recent(root, self.guesses)
+
     @torch.no_grad()
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if self.guesses == 0:  # nothing would ever be verified: plain decoding, no window either
             return Draft()
-        conts = self.pool.recent(state.tokens[-1], self.guesses)
-        conts = [c[:max_tokens] for c in conts if max_tokens > 0]
+        if max_tokens == 0:  # a plain step (the budget's, or the run's last token): no window
+            return self.plain_step(state)
+        conts = self.pooled(state.tokens[-1])
+        conts = [c[:max_tokens] for c in conts]
         tokens, parents, _ = ngram_trie(conts)
         levels = len(self.levels)
         if levels not in self.layout:
@@ -97,7 +104,8 @@ class GlanceLookaheadDrafter(NgramDrafter):
         return Draft(tokens, parents, meta=meta, side_tokens=side, side_offsets=offsets, side_visible=visible)
 
     def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        if not draft.side_tokens:
+        if not draft.side_tokens:  # a plain step: the window waits, the pool takes the committed text
+            self._feed_context(state)
             return
         width, levels = self.window, len(self.levels)
         guesses = side_guesses(state)[(levels - 1) * width : levels * width]  # the newest level's outputs

@@ -6,8 +6,11 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+from engine.budget import FullBudget
 from engine.drafters.base import DecodeState, Drafter, ForwardCosts
 from engine.errors import GlanceError
+from engine.tree import Draft
+from engine.window_budget import WindowBudget
 
 
 class NgramPool:
@@ -141,8 +144,46 @@ class NgramDrafter(Drafter):
         self.extra_positions = self.window + self.ngram
         self.reset()
 
+    def budget_for(self, budget: FullBudget | None) -> FullBudget:
+        """Under a cost-aware budget, a `WindowBudget`: each step runs the window or decodes plain, whichever has
+        paid more in this run (no depth cap reaches the window). One row only: batches run their windows every step."""
+        if budget is None or budget.name == "full":
+            return FullBudget()
+        return WindowBudget(width=self.row_tokens, guessed=self.take_guessed)
+
+    def pooled(self, root: int) -> list[tuple[int, ...]]:
+        """The pooled continuations a window step would verify with `root` pending (the subclass's rule)."""
+        raise NotImplementedError
+
+    def plain_step(self, state: DecodeState) -> Draft:
+        """No window this step (a budget's plain step): note what the pool holds for the pending token, so that the
+        committed text tells how many tokens a window step would have got from it (`take_guessed`)."""
+        self._unresolved.append((len(state.tokens), self.pooled(state.tokens[-1])))
+        return Draft()
+
+    def take_guessed(self) -> list[int]:
+        """For each plain step whose text has been committed since the last call: how many tokens its pooled
+        n-grams guessed right (the longest common prefix with the committed text). It understates a window step's
+        gain: the window's own n-grams of the stretch are missing."""
+        guessed, self.guessed = self.guessed, []
+        return guessed
+
+    def _settle_guesses(self, tokens: list[int]) -> None:
+        """Score the plain steps' notes whose guesses' positions are all committed now."""
+        while self._unresolved and self._unresolved[0][0] + self.ngram - 1 <= len(tokens):
+            at, conts = self._unresolved.pop(0)
+            best = 0
+            for cont in conts:
+                n = 0
+                while n < len(cont) and cont[n] == tokens[at + n]:
+                    n += 1
+                best = max(best, n)
+            self.guessed.append(best)
+
     def _feed_context(self, state: DecodeState) -> None:
-        """Pool the n-grams of committed text not yet seen (the reference's POOL_FROM_PROMPT)."""
+        """Pool the n-grams of committed text not yet seen (the reference's POOL_FROM_PROMPT); score the plain steps'
+        guesses that are due (every update passes here)."""
+        self._settle_guesses(state.tokens)
         if not self.context_ngrams:
             return
         toks, n = state.tokens, self.ngram
