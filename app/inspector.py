@@ -19,6 +19,8 @@ def budget_text(ev: StepEvent) -> str:
     if ev.step == 0 or "depth_cap" not in ev.extra:
         return ""
     cap = ev.extra["depth_cap"]
+    if cap is None and "window" in ev.extra:
+        return " (budget: the window, rated above a plain step)"
     if cap is None:
         return " (budget: uncapped)"
     if cap == 0:

@@ -683,3 +683,5 @@ def test_the_inspector_names_a_narrow_cap():
     )
     assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 2, "narrow": False})) == " (budget: at most 2 deep)"
     assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 0, "narrow": False})) == " (budget: a plain step)"
+    window = SimpleNamespace(step=4, extra={"depth_cap": None, "narrow": False, "window": [[5]]})
+    assert budget_text(window) == " (budget: the window, rated above a plain step)"  # lookahead's window budget
