@@ -41,11 +41,12 @@ PLAIN_BLOCK = 3  # plain steps timed where nothing else prices one (no run befor
 @dataclass
 class WindowBudget(FullBudget):
     """Window or plain step, re-rated when a choice runs out (and every QUIET plain steps): tokens per window step
-    (faded by FADE a step, plain steps' hindsight included; a new run is new text, so none from the last run) over
-    the median of steady
-    window steps' seconds, against one token over the median of steady plain steps' (the latest runs' plain step
-    where this run has none yet, else the window's scaled by the target's forward cost at one token against the
-    window's width). A step right after a switch is not timed: it runs another compiled graph, cold."""
+    (faded by FADE a step, plain steps' hindsight included) over the median of steady window steps' seconds, against
+    one token over the median of steady plain steps' (the latest runs' plain step where this run has none yet, else
+    the window's scaled by the target's forward cost at one token against the window's width). A step right after a
+    switch is not timed: it runs another compiled graph, cold. A new run is new text: it keeps the last run's window
+    price, not its tokens per step (carried over as a prior of eight steps, the chat prompts before SmolLM2's maths
+    prompt held it at plain steps: 1.01x there against 1.30x with the window every step)."""
 
     width: Callable[[], int] = lambda: 1  # tokens a window step verifies (the drafter's `row_tokens`, fitted)
     guessed: Callable[[], list[int]] = list  # the drafter's `take_guessed`: plain steps' pooled guesses, scored
