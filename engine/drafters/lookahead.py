@@ -85,8 +85,7 @@ class LookaheadDrafter(NgramDrafter):
         self.layout: dict[tuple[int, ...], tuple[list[int], torch.Tensor]] = {}
         self._root = -1  # the pending token of the step in flight: the key of window column 0
         self._fed = 0  # committed tokens already fed to the pool
-        self._unresolved: list[tuple[int, list[tuple[int, ...]]]] = []  # plain steps' (position, pooled guesses)
-        self.guessed: list[int] = []  # ... scored once committed (take_guessed)
+        self._reset_guesses()
 
     @property
     def full(self) -> bool:

@@ -69,8 +69,7 @@ class GlanceLookaheadDrafter(NgramDrafter):
         self.levels: list[list[int]] = []
         self.layout: dict[int, tuple[list[int], torch.Tensor]] = {}
         self._fed = 0  # committed tokens already fed to the pool
-        self._unresolved: list[tuple[int, list[tuple[int, ...]]]] = []  # plain steps' (position, pooled guesses)
-        self.guessed: list[int] = []  # ... scored once committed (take_guessed)
+        self._reset_guesses()
 
     def begin(self, state: DecodeState) -> None:
         rng = random.Random(self.seed)

@@ -151,6 +151,11 @@ class NgramDrafter(Drafter):
             return FullBudget()
         return WindowBudget(width=self.row_tokens, guessed=self.take_guessed)
 
+    def _reset_guesses(self) -> None:
+        """Forget the plain steps' notes (a subclass's `reset` calls it)."""
+        self._unresolved: list[tuple[int, list[tuple[int, ...]]]] = []  # plain steps' (position, pooled guesses)
+        self.guessed: list[int] = []  # ... scored once committed (take_guessed)
+
     def pooled(self, root: int) -> list[tuple[int, ...]]:
         """The pooled continuations a window step would verify with `root` pending (the subclass's rule)."""
         raise NotImplementedError
