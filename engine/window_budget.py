@@ -59,15 +59,17 @@ class WindowBudget(FullBudget):
     remembered_plain: float | None = None  # the latest runs' plain step (budget.remembered's shared list)
     ratio: float | None = None  # a one-token forward's cost against the window's
     last_window: bool | None = None  # the kind of the previous step (None: the prefill)
-    window_left: int = RUN_START  # window steps still to run before re-rating (a run starts with a probe)
+    window_left: int = 0  # window steps still to run before re-rating (a run starts with `run_start` of them)
     plain_left: int = 0  # plain steps still to run before the next probe
     idle_probes: int = 0  # probes in a row that found plain steps best
     run_start: int = RUN_START  # kept across `reset` (what A/B runs vary)
     memory: dict | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        self.window_left = self.run_start
+
     def reset(self, memory: dict | None = None) -> None:
         self.__init__(width=self.width, guessed=self.guessed, run_start=self.run_start)
-        self.window_left = self.run_start
         self.memory = memory
         if memory and memory.get("plain"):
             self.remembered_plain = _median(memory["plain"])
