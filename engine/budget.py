@@ -194,6 +194,19 @@ def _median(values: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def monotone_ratios(costs: dict[int, float]) -> dict[int, float]:
+    """{tokens: a forward's cost against one token's}, never falling as tokens grow and never below 1: a forward over
+    more tokens does the work of one over fewer, and a timing that says otherwise is noise (which priced one-deep
+    drafts below a plain step's verify; see engine.forward_timing.RUNS). Empty without a one-token cost."""
+    if not costs.get(1):
+        return {}
+    ratios, top = {}, 1.0
+    for k in sorted(costs):
+        top = max(top, costs[k] / costs[1])
+        ratios[k] = top
+    return ratios
+
+
 class FullBudget:
     """Every step drafts as much as the drafter's settings allow (the behaviour of the papers' loops)."""
 
@@ -358,9 +371,7 @@ class CostAwareBudget(FullBudget):
             )
 
     def price_forwards(self, measure: Callable[[tuple[int, ...]], dict[int, float]]) -> None:
-        costs = measure(tuple(range(1, SPINE_WIDTHS + 1)))
-        if costs.get(1):
-            self.forward_ratios = {k: c / costs[1] for k, c in costs.items()}
+        self.forward_ratios = monotone_ratios(measure(tuple(range(1, SPINE_WIDTHS + 1))))
 
     def choose(self, left: int | None = None) -> int | None:
         self.narrow = False

@@ -19,22 +19,30 @@ CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
 # target's one-token forward took 5.1, 5.0, 4.4, 4.0 and 3.8 ms in a row after a 17-token one. Timed on the second
 # run (as it was), the cost model saw 5.1 ms against plain decoding's 3.7 and predicted EAGLE-2 1.49x where it ran
 # 0.98x. Decoding repeats one shape step after step (plain decoding only ever runs the one-token graph).
-RUNS = 5
+# A shape's cost is the least of its last STEADY_RUNS runs, and the median over rounds: one run's time on this host
+# varies by a tenth either way, and the budgets read ratios between widths. Timed on the last run of five, median of
+# two rounds, the bundled target's two-token forward came out at 0.86-1.25 times a one-token one over six sessions,
+# and a one-deep draft priced at 0.86-0.96 plain steps of verify was chosen off the suite where its steps ran 1.29
+# plain steps (Medusa, 1.2 tokens a step: 0.84-0.87x of plain decoding); the least of the last three, median of
+# three rounds: 1.11-1.14 (in decoding, one-deep drafts' forwards averaged 1.09 plain steps' there).
+RUNS = 6
+STEADY_RUNS = 3
+ROUNDS = 3
 _MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {(rows, widths, forward kind): costs}
 
 
 def steady_seconds(forward, step: torch.Tensor, cache, context: int, device, mask: torch.Tensor | None = None) -> float:
-    """Seconds of one forward over `step` [B, k] after `context` cached tokens, timed on the last of RUNS runs: the
-    first forwards of a shape right after another graph ran slower (see RUNS)."""
-    seconds = 0.0
+    """Seconds of one forward over `step` [B, k] after `context` cached tokens: the least of the last STEADY_RUNS of
+    RUNS runs (the first forwards of a shape right after another graph ran slower; see RUNS)."""
+    seconds = []
     for _ in range(RUNS):
         t = time.perf_counter()
         forward(step, cache, mask)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-        seconds = time.perf_counter() - t
+        seconds.append(time.perf_counter() - t)
         crop(cache, context)
-    return seconds
+    return min(seconds[-STEADY_RUNS:])
 
 
 def time_width(forward, cache, rows: int, k: int, context: int, vocab: int, dtype, device) -> float:
@@ -51,7 +59,7 @@ def batch_forward_costs(
     rows: int,
     widths,
     context: int = CONTEXT,
-    repeats: int = 2,
+    repeats: int = ROUNDS,
     cancel: Callable[[], bool] | None = None,
 ) -> dict[int, float]:
     """{k: median seconds} of one cached forward over `rows` rows x k new tokens after `context` tokens each, called

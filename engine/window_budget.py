@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.budget import FADE, FullBudget, _median
+from engine.budget import FADE, FullBudget, _median, monotone_ratios
 from engine.tree import Draft
 
 KEEP = 8  # steady steps of each kind whose median prices it
@@ -82,9 +82,9 @@ class WindowBudget(FullBudget):
 
     def price_forwards(self, measure: Callable[[tuple[int, ...]], dict[int, float]]) -> None:
         width = self.width()
-        costs = measure((1, width))
-        if costs.get(1) and costs.get(width):
-            self.ratio = costs[1] / costs[width]
+        ratios = monotone_ratios(measure((1, width)))
+        if ratios.get(width):
+            self.ratio = 1 / ratios[width]
 
     def window_rate(self) -> float:
         """Expected tokens per second of a window step (0 until one was timed)."""

@@ -238,7 +238,7 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
 def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(setup):
     """A cost-aware budget gets the target's steady forward cost of 1 to SPINE_WIDTHS tokens against one token's,
     measured at the decoder's batch size (engine.forward_timing.measured_once)."""
-    from engine.budget import SPINE_WIDTHS
+    from engine.budget import SPINE_WIDTHS, monotone_ratios
     from engine.decoder import Decoder
     from engine.forward_timing import measured_once
 
@@ -251,7 +251,7 @@ def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(
         budget = CostAwareBudget()
         run(budget)
         costs = measured_once(target, rows, widths)
-        assert budget.forward_ratios == {k: costs[k] / costs[1] for k in widths}
+        assert budget.forward_ratios == monotone_ratios(costs) and budget.forward_ratios[1] == 1.0
 
 
 def test_lookahead_fits_its_window_to_the_measured_forward_costs():

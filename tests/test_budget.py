@@ -16,6 +16,7 @@ from engine.budget import (
     CostAwareBudget,
     FullBudget,
     make_budget,
+    monotone_ratios,
 )
 from engine.errors import GlanceError
 from engine.session import RaceSettings
@@ -654,3 +655,17 @@ def test_a_drafted_choice_holds_for_stay_steps():
     held = [budget.choose() for _ in range(STAY - 1)]
     assert held == [1] * (STAY - 1)
     assert budget.choose() == 0
+
+
+def test_forward_ratios_never_fall_as_tokens_grow():
+    """A forward over more tokens does the work of one over fewer: a timing that says two tokens cost 0.95 of one is
+    noise, and priced that way a one-deep draft looked cheaper than it ran (off the suite Medusa drafted at 1.2
+    tokens a step where its steps cost 1.29 plain ones: 0.84-0.87x of plain decoding)."""
+    assert monotone_ratios({1: 4.0, 2: 3.8, 3: 6.0, 4: 5.5, 5: 8.0}) == {1: 1.0, 2: 1.0, 3: 1.5, 4: 1.5, 5: 2.0}
+    assert monotone_ratios({2: 3.0}) == {} and monotone_ratios({}) == {}
+    budget = CostAwareBudget()
+    budget.price_forwards(lambda widths: {k: 0.004 - 0.0002 * (k - 1) for k in widths})  # falling: noise
+    assert budget.forward_ratios == {k: 1.0 for k in range(1, 6)}
+    budget.plain_floor, budget.branched, budget.drafted, budget.narrow = 0.010, True, True, True
+    budget.observe(1, tree(1).spine(), 1, 0.002, 0.028, [0])
+    assert budget._narrow_seconds([1])[0] == pytest.approx(0.002 + 0.010)  # never below drafting plus a plain step
