@@ -1,8 +1,8 @@
 """How deep each step may draft. `FullBudget` lets the drafter's own settings decide (every step drafts in full);
 `CostAwareBudget` picks, before each step, the depth cap that maximises expected tokens per second from what this run
-has measured: the time of a step (drafting and verifying) at each depth it drafted (starting from what the last run
-of the same target and drafter measured, see `remembered`), and the acceptance observed at each depth in this run's
-text. A cap of 0 is a plain decoding step. Only the draft's size changes, never the acceptance rule, so output
+has measured: the time of a step (drafting and verifying) at each depth it drafted, and the acceptance observed at
+each depth (starting from what the last run of the same target and drafter learned, see `remembered`). A cap of 0
+is a plain decoding step. Only the draft's size changes, never the acceptance rule, so output
 stays exactly the target's.
 """
 
@@ -105,17 +105,16 @@ QUIET = 8
 # either way: this host's drift within a run outweighs the difference, so it rests on the stuck runs above.
 RUN_PROBE_AT = 16
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
-# `reset`'s note. A run starts from what the last run of the same target, drafter settings, batch size and sampling
-# learned about costs (its step costs, its deepest draft, whether drafts branched): the warm-up's two full drafts cost
-# more than a short run can win back. At batch 4 and 32 tokens they took 50 ms of EAGLE-2's 250, for 2.5 tokens a row.
-# Its acceptance is the new text's own, from nothing: carried as a prior of 8 drafts, the last prompt's rate held on
-# for about 30 steps (off the suite, Medusa at 66% acceptance on one prompt drafted one deep for 25-30 steps into the
-# next, where it got 22%: 0.84-0.89x of plain decoding there). Interleaved (bf16 EPYC, one process, each budget its
-# own memory; vanilla, Medusa, EAGLE-2, EAGLE-3, cumulative speedup over plain decoding): off the suite, 5 rounds,
-# with the prior 1.100, 1.067, 1.122, 1.210x, without 1.124, 1.091, 1.171, 1.238x (that prompt's Medusa 0.89 ->
-# 0.97x); on 16 suite prompts of 64 tokens, 3 rounds, 1.111, 1.044, 1.147, 1.186x against 1.129, 1.047, 1.136, 1.210x,
-# the lowest single run per method 0.80, 0.79, 0.95, 0.96x against 0.94, 0.87, 0.92, 0.99x.
-
+# A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
+# step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
+# a short run can win back. At batch 4 and 32 tokens they took 50 ms of EAGLE-2's 250, for 2.5 tokens a row.
+# Tried, not kept: no acceptance carried at all (a new prompt is new text). Interleaved in one process off the suite
+# it ran Medusa 1.091x and 1.096x against 1.067x and 1.059x with the prior (on the prompt where its heads are right
+# 22% of the time, 0.97x and 0.92x against 0.89x and 0.86x), the other drafters within noise; but the bench right
+# after it had Medusa at 0.97x against 1.06x an hour before, every other method unchanged (0.77-0.81x on that prompt:
+# with no counts every unseen depth rates 1/2, and it probed deep and wide spines there), and in the sweep's 32-token
+# runs EAGLE-2 drafted far less at B = 1 (tau 1.36 against 1.95): short runs need the deep acceptance carried.
+PRIOR_WEIGHT = 8
 # While plain steps are best, a probe needs this many tokens left in the run: one that finds drafting pays after all
 # must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
 # prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
@@ -335,12 +334,16 @@ class CostAwareBudget(FullBudget):
             self.plain_floor = _median(self.remembered_plain)
         if memory and "recent" in memory:  # no warm-up: the last run measured plain steps and full drafts
             self.recent = {d: list(v) for d, v in memory["recent"].items()}
+            scale = min(1.0, PRIOR_WEIGHT / max(memory["reached"][0], 1.0)) if memory["reached"] else 1.0
+            self.reached = [r * scale for r in memory["reached"]]
+            self.accepted = [a * scale for a in memory["accepted"]]
             self.max_depth = memory["max_depth"]
-            for counts in (self.reached, self.accepted, self.spine_reached, self.spine_accepted):
-                counts += [0.0] * self.max_depth  # the new text's acceptance, from nothing (see `reset`'s note)
             self.branched = memory.get("branched", False)
-            self.narrow_recent = {d: list(v) for d, v in memory.get("narrow_recent", {}).items()}
-            self.draft_recent = {d: list(v) for d, v in memory.get("draft_recent", {}).items()}
+            if "spine_reached" in memory:
+                self.spine_reached = [r * scale for r in memory["spine_reached"]]
+                self.spine_accepted = [a * scale for a in memory["spine_accepted"]]
+                self.narrow_recent = {d: list(v) for d, v in memory["narrow_recent"].items()}
+                self.draft_recent = {d: list(v) for d, v in memory.get("draft_recent", {}).items()}
             self.steps = WARMUP_STEPS
             self.timed_at = {(n, d): self.steps - age for n, d, age in memory.get("timed_ages", [])}
             # probes keep their pace across runs (reset every run, runs of 32 tokens ended before the first probe,
@@ -358,8 +361,12 @@ class CostAwareBudget(FullBudget):
         if self.memory is not None and self.max_depth > 0 and 0 in self.recent:
             self.memory.update(
                 recent={d: list(v) for d, v in self.recent.items()},
+                reached=list(self.reached),
+                accepted=list(self.accepted),
                 max_depth=self.max_depth,
                 branched=self.branched,
+                spine_reached=list(self.spine_reached),
+                spine_accepted=list(self.spine_accepted),
                 narrow_recent={d: list(v) for d, v in self.narrow_recent.items()},
                 draft_recent={d: list(v) for d, v in self.draft_recent.items()},
                 timed_ages=[(n, d, self.steps - at) for (n, d), at in self.timed_at.items()],

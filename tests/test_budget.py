@@ -8,6 +8,7 @@ from engine.budget import (
     FADE,
     MAX_BACKOFF,
     NARROW_GUESS,
+    PRIOR_WEIGHT,
     SETTLE,
     STALE_STEPS,
     STAY,
@@ -260,9 +261,8 @@ def test_hindsight_counts_what_chains_drafted_at_each_position_would_have_had_ac
 
 
 def test_a_run_starts_from_what_the_last_run_learned():
-    """No warm-up after a run with the same slot: its costs as they were; its acceptance is not carried (a new run
-    is new text: carried as a prior, the last prompt's rate held a drafter at one-deep drafts for about 30 steps
-    into a prompt where they lost)."""
+    """No warm-up after a run with the same slot: its costs as they were, its acceptance as at most PRIOR_WEIGHT
+    drafts (so the new text's own acceptance soon outweighs it)."""
     memory: dict = {}
     first = CostAwareBudget()
     first.reset(memory)
@@ -274,9 +274,8 @@ def test_a_run_starts_from_what_the_last_run_learned():
     second = CostAwareBudget()
     second.reset(memory)
     assert second.seconds(4) == first.seconds(4) and second.seconds(0) == first.seconds(0)
-    assert second.reached == second.accepted == [0.0] * 4  # every depth-1 token was accepted: not carried
-    assert "reached" not in memory and "accepted" not in memory
-    best = max(range(5), key=second.rate)  # from the remembered costs (each depth's acceptance counts as 1/2)
+    assert second.reached[0] == PRIOR_WEIGHT and second.accepted[0] == PRIOR_WEIGHT  # every depth-1 token accepted
+    best = max(range(5), key=second.rate)  # from the remembered costs and acceptance
     if second.rate(best) < second.rate(1) * (1 + DEEPER_MARGIN):
         best = 1  # deeper drafts must rate DEEPER_MARGIN above a one-deep one
     assert best > 0 and second.choose() == best  # the best cap at once: no full drafts, no plain step to measure
