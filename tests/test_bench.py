@@ -251,6 +251,8 @@ def test_a_shapes_cost_is_the_least_of_its_last_runs(monkeypatch):
     """One run's time on this host varies by a tenth either way, and the budgets read ratios between widths: timed on
     one run, the bundled target's two-token forward came out at 0.86-1.25 one-token forwards over six sessions. A
     shape costs the least of its last STEADY_RUNS runs (the first ones settle after another graph ran)."""
+    from types import SimpleNamespace
+
     import torch
 
     from engine import forward_timing
@@ -258,7 +260,7 @@ def test_a_shapes_cost_is_the_least_of_its_last_runs(monkeypatch):
 
     durations = [9.0] * (RUNS - STEADY_RUNS) + [5.0, 3.0, 4.0][-STEADY_RUNS:]
     clock = iter([t for d in durations for t in (0.0, d)])
-    monkeypatch.setattr(forward_timing.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(forward_timing, "time", SimpleNamespace(perf_counter=lambda: next(clock)))  # this module's
     calls = []
     monkeypatch.setattr(forward_timing, "crop", lambda cache, n: None)
     seconds = steady_seconds(lambda *a: calls.append(a), torch.zeros(1, 1), None, 8, torch.device("cpu"))
