@@ -21,10 +21,11 @@ CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
 # 0.98x. Decoding repeats one shape step after step (plain decoding only ever runs the one-token graph).
 # A shape's cost is the least of its last STEADY_RUNS runs, and the median over rounds: one run's time on this host
 # varies by a tenth either way, and the budgets read ratios between widths. Timed on the last run of five, median of
-# two rounds, the bundled target's two-token forward came out at 0.86-1.25 times a one-token one over six sessions,
-# and a one-deep draft priced at 0.86-0.96 plain steps of verify was chosen off the suite where its steps ran 1.29
-# plain steps (Medusa, 1.2 tokens a step: 0.84-0.87x of plain decoding); the least of the last three, median of
-# three rounds: 1.11-1.14 (in decoding, one-deep drafts' forwards averaged 1.09 plain steps' there).
+# two rounds, the bundled target's two-token forward came out at 0.86-1.25 times a one-token one in six measurements
+# in a row, and a one-deep draft priced at 0.86-0.96 plain steps of verify was chosen off the suite where its steps
+# ran 1.29 plain steps (Medusa, 1.2 tokens a step: 0.84-0.87x of plain decoding); the least of the last three, median
+# of three rounds: 1.06-1.15, 1.11-1.15 after the first (in decoding, one-deep drafts' forwards averaged 1.09 plain
+# steps' there).
 RUNS = 6
 STEADY_RUNS = 3
 ROUNDS = 3

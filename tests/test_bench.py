@@ -249,8 +249,8 @@ def test_forward_costs_time_each_shape_in_a_run_of_it(monkeypatch):
 
 def test_a_shapes_cost_is_the_least_of_its_last_runs(monkeypatch):
     """One run's time on this host varies by a tenth either way, and the budgets read ratios between widths: timed on
-    one run, the bundled target's two-token forward came out at 0.86-1.25 one-token forwards over six sessions. A
-    shape costs the least of its last STEADY_RUNS runs (the first ones settle after another graph ran)."""
+    one run, the bundled target's two-token forward came out at 0.86-1.25 one-token forwards in six measurements in
+    a row. A shape costs the least of its last STEADY_RUNS runs (the first ones settle after another graph ran)."""
     from types import SimpleNamespace
 
     import torch
