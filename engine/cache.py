@@ -138,6 +138,21 @@ def gather_rows(cache, index: torch.Tensor) -> None:
         layer.values = layer.values.gather(2, idx)
 
 
+def keep_batch_rows(cache, rows: list[int]) -> None:
+    """Keep only the batch rows `rows` (ascending) of every layer: a batch drops the rows that finished, so that its
+    forwards stop computing them. A cache with its own `keep_batch_rows` (a static cache) does it itself."""
+    if hasattr(cache, "keep_batch_rows"):
+        cache.keep_batch_rows(rows)
+        return
+    layers = _editable_layers(cache)
+    if not layers:
+        return
+    index = torch.tensor(rows, device=layers[0].keys.device)
+    for layer in layers:
+        layer.keys = layer.keys.index_select(0, index)  # [len(rows), H, L, D]
+        layer.values = layer.values.index_select(0, index)
+
+
 def move_row_entries(cache, rows: list[int], src: list[int], dst: list[int], length: int) -> None:
     """Batched compaction of the newest entries: entry src[i] of row rows[i] is copied to dst[i] (every source read
     before any destination is written), then the cache keeps `length` positions. Only the accepted paths move, where

@@ -168,6 +168,21 @@ class StaticKVCache(StaticCache):
                     buf[r, :, d] = buf[r, :, s]  # [M, H, D]
         self.set_length(length)
 
+    def keep_batch_rows(self, rows: list[int]) -> None:
+        """Keep only the batch rows `rows` (ascending) in new buffers: engine/cache.py's keep_batch_rows."""
+        self.settle()
+        live = self._live()
+        if not live:
+            return
+        index = torch.tensor(rows, device=live[0].keys.device)
+        for layer in live:
+            for name in ("keys", "values"):
+                new = getattr(layer, name).index_select(0, index)  # [len(rows), H, slots, D]
+                if self.pinned:
+                    torch._dynamo.mark_static_address(new)
+                setattr(layer, name, new)
+            layer.batch_size = len(rows)
+
     def gather_rows(self, index: torch.Tensor) -> None:
         """Row b keeps entries index[b] (ascending; pad entries point anywhere and stay masked). index: [B, L]."""
         self.settle()

@@ -364,3 +364,26 @@ def test_batched_eagle_feeds_each_row_the_latest_prompt_pairs_at_their_positions
     prompts = [PROMPTS[1], PROMPTS[3], PROMPTS[7], PROMPTS[0]]  # 7, 13, 9 and 3 tokens: three rows cut, one not
     batched, alone, _, _ = batched_and_alone(target, short, prompts, draft_step(short().head))
     assert batched == alone
+
+
+def test_finished_rows_leave_the_batch(setup):
+    """A row that met its EOS leaves the target's batch: later forwards compute only the rows still decoding, and
+    every row stays lossless."""
+    target, make, refs = setup
+    prompts = PROMPTS[:3]
+    eos = refs[tuple(prompts[1])][4]  # row 1 stops after 5 tokens
+    rows_per_forward: list[int] = []
+    hook = target.register_forward_pre_hook(
+        lambda _m, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        res = BatchDecoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate(prompts)
+    finally:
+        hook.remove()
+    for prompt, tokens in zip(prompts, res.tokens):
+        ref = refs[tuple(prompt)]
+        assert tokens == (ref[: ref.index(eos) + 1] if eos in ref else ref)
+    assert rows_per_forward[0] == 3 and rows_per_forward == sorted(rows_per_forward, reverse=True)
+    stopped = sum(len(t) < NEW for t in res.tokens)
+    assert stopped and rows_per_forward[-1] <= 3 - stopped
+
