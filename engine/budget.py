@@ -103,6 +103,14 @@ QUIET = 8
 # target's greedy continuation, so the budget kept plain steps where one-deep spines paid.) Interleaved over three
 # rounds of the off-suite prompts, with and without it, every model-based drafter ran 0.99-1.05x of plain decoding
 # either way: this host's drift within a run outweighs the difference, so it rests on the stuck runs above.
+# And not sooner: a probe the last run could not make (too few tokens left, PROBE_HORIZON) used to be carried as due
+# now, so in the sweep's 32-token runs at batch 2, where RUN_PROBE_AT comes too late, every other EAGLE-2 run probed
+# at its first step, reading the prompt (12-15 ms for its first draft, then two of 7 ms, against 3.6 ms plain steps).
+# But a run too short for that probe (fewer than RUN_PROBE_AT + PROBE_HORIZON tokens) would then never probe, and one
+# prompt decided every later one: at batch 1 EAGLE-3's spine got 2 of 6 tokens on the sweep's first prompt and the
+# next 15 runs kept plain steps (1.02x, tau 1.23, against 1.06-1.11x, tau 1.86, when they probed). So such a run
+# probes at its first step where that could pay: if every drafted token were accepted, a one-deep draft's saving
+# over the tokens left would exceed what a run's first draft costs extra and what an idle probe costs.
 RUN_PROBE_AT = 16
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
 # A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
@@ -115,6 +123,13 @@ KEEP = 5  # steps remembered per depth: the context grows and costs drift with i
 # with no counts every unseen depth rates 1/2, and it probed deep and wide spines there), and in the sweep's 32-token
 # runs EAGLE-2 drafted far less at B = 1 (tau 1.36 against 1.95): short runs need the deep acceptance carried.
 PRIOR_WEIGHT = 8
+# A run's first drafted step costs more than its price (the drafter's catch-up over the prompt, see PROBE_TAIL): at
+# batch 2 EAGLE-2's took 12-13 ms against 3.3-3.5 ms plain steps, where its one-deep spine about broke even, so
+# 32-token runs that drafted at all lost 3-8% to it. So before a run has drafted, a cap that rates above plain
+# steps is taken only when the tokens left would win that back: left x (a plain step's seconds - the cap's seconds
+# per token) above the median of the latest runs' extra cost of their first draft (ENTRY_COSTS of them). Probes still
+# come (RUN_PROBE_AT): they are how a run learns its text.
+ENTRY_COSTS = 5
 # While plain steps are best, a probe needs this many tokens left in the run: one that finds drafting pays after all
 # must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
 # prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
@@ -301,6 +316,8 @@ class CostAwareBudget(FullBudget):
     probes: int = 0
     idle_probes: int = 0  # probes in a row made while plain steps were best
     probe_costs: list[float] = field(default_factory=list)  # seconds each latest idle probe cost (PROBE_SHARE)
+    entry_costs: list[float] = field(default_factory=list)  # the latest runs' first drafted steps beyond their price
+    plain_best: bool = False  # whether the latest rating found plain steps best (the next run's first probe)
     probe_open: float | None = None  # the cost so far of the idle probe under way
     probe_tail: int = 0  # plain steps since the idle probe under way drafted
     next_probe: int = WARMUP_STEPS + EXPLORE_EVERY
@@ -350,8 +367,11 @@ class CostAwareBudget(FullBudget):
             # and plain steps were kept for good), but a new text is probed early (RUN_PROBE_AT)
             self.probes, self.idle_probes = memory.get("probes", 0), memory.get("idle_probes", 0)
             self.probe_costs = list(memory.get("probe_costs", []))
+            self.entry_costs = list(memory.get("entry_costs", []))
             probe_in = memory.get("probe_in", self.rng.randint(*PROBE_GAPS))
-            self.next_probe = self.steps + (probe_in if self.run_probe_at is None else min(probe_in, self.run_probe_at))
+            if self.run_probe_at is not None:  # where plain steps were best, at RUN_PROBE_AT: no sooner, no later
+                probe_in = self.run_probe_at if memory.get("plain_best") else min(probe_in, self.run_probe_at)
+            self.next_probe = self.steps + probe_in
 
     def finish(self) -> None:
         if self.memory is not None and self.plain_times:
@@ -373,7 +393,9 @@ class CostAwareBudget(FullBudget):
                 probes=self.probes,
                 idle_probes=self.idle_probes,
                 probe_costs=list(self.probe_costs),
+                entry_costs=list(self.entry_costs),
                 probe_in=max(0, self.next_probe - self.steps),
+                plain_best=self.plain_best,
             )
 
     def price_forwards(self, measure: Callable[[tuple[int, ...]], dict[int, float]]) -> None:
@@ -398,6 +420,11 @@ class CostAwareBudget(FullBudget):
         if self.steps < self.quiet_until and self.steps < self.next_probe:
             return 0  # plain steps were best and nothing has been learned since (see QUIET)
         best, narrow, spine_first, whole_share = self._best()
+        if best > 0 and not self.drafted and not self._repays_entry(best, narrow, left):
+            best = 0  # this run has not drafted yet, and drafting would not win back its first draft (ENTRY_COSTS)
+        self.plain_best = best == 0
+        if best == 0 and self.steps == WARMUP_STEPS and not self.drafted and self._probe_at_start(left):
+            self.next_probe = self.steps  # too short a run for its probe at RUN_PROBE_AT: now, where it could pay
         self.quiet_until = self.steps + QUIET if best == 0 else 0
         if best > 0:
             self.probe_open = None  # a probe from plain steps found that drafting pays: it cost nothing
@@ -454,6 +481,31 @@ class CostAwareBudget(FullBudget):
         if spine_rates[spine_best] > rates[best]:
             return spine_best, True, True, whole / max(spine_rates[spine_best], 1e-9)
         return best, False, spine_rates[1] > rates[1], whole / max(rates[best], 1e-9)
+
+    def _probe_at_start(self, left: int | None) -> bool:
+        """Whether a run too short for its probe at RUN_PROBE_AT probes now: whether a one-deep draft with every token
+        accepted would save more over the `left` tokens than a run's first draft costs extra and an idle probe costs
+        (the medians of the latest runs')."""
+        if left is None or self.run_probe_at is None or left >= self.run_probe_at + PROBE_HORIZON:
+            return False
+        if self.plain_floor == float("inf"):
+            return False
+        seconds = (self._narrow_seconds if self.branched else self._seconds)([1])[0]
+        cost = sum(_median(costs) for costs in (self.entry_costs, self.probe_costs) if costs)
+        return left * (self.plain_floor - seconds / 2) > cost
+
+    def _repays_entry(self, cap: int, narrow: bool, left: int | None) -> bool:
+        """Whether drafting at `cap` (its spine when `narrow`) for the `left` tokens still to come saves more than
+        the median extra cost of the latest runs' first drafted steps (True when nothing tells)."""
+        if left is None or not self.entry_costs or self.plain_floor == float("inf"):
+            return True
+        if narrow:
+            tokens = self._expected(cap, self.spine_reached, self.spine_accepted)[-1]
+            seconds = self._narrow_seconds([cap])[0]
+        else:
+            tokens = self._expected(cap, *self._tree_counts())[-1]
+            seconds = self._seconds([cap])[0]
+        return left * (self.plain_floor - seconds / max(tokens, 1e-9)) > _median(self.entry_costs)
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep: the product of
@@ -658,6 +710,10 @@ class CostAwareBudget(FullBudget):
             self.hold = None  # the probe's first draft missed outright: no settled step to time (drafting rarely pays)
         if deepest > 0 and not self.drafted:
             self.drafted = True
+            if self.recent:  # what it cost beyond the price of its kind of step (ENTRY_COSTS)
+                price = (self._narrow_seconds if self.narrow else self._seconds)([deepest])[0]
+                self.entry_costs.append(max(draft_s + verify_s - price, 0.0))
+                del self.entry_costs[:-ENTRY_COSTS]
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         if self.in_row is not None and 0 < self.in_row <= self.settle:
             return  # its time is the switch's, not its depth's (see SETTLE)

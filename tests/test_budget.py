@@ -669,3 +669,54 @@ def test_forward_ratios_never_fall_as_tokens_grow():
     budget.plain_floor, budget.branched, budget.drafted, budget.narrow = 0.010, True, True, True
     budget.observe(1, tree(1).spine(), 1, 0.002, 0.028, [0])
     assert budget._narrow_seconds([1])[0] == pytest.approx(0.002 + 0.010)  # never below drafting plus a plain step
+
+
+def test_before_a_run_drafts_a_cap_must_win_back_what_its_first_draft_costs_extra():
+    """A run's first draft catches the drafter up on the prompt (ENTRY_COSTS): the latest runs' extra cost of it is
+    remembered, and where drafting pays a little, a run with few tokens left keeps plain steps rather than pay it,
+    while one with many left drafts at once."""
+
+    def seconds_of(depth: int) -> float:  # one deep: 2 tokens in 18 ms against 10 ms plain steps, 1 ms a token won
+        return 0.010 + 0.008 * depth
+
+    memory: dict = {}
+    budget = CostAwareBudget()
+    budget.reset(memory)
+    run(budget, 40, lambda d: d, seconds_of)  # the first run: warm-up, nothing priced its first draft
+    budget.finish()
+    assert memory["entry_costs"] == []
+    budget.reset(memory)
+    cap = budget.choose(200)
+    assert cap == 1  # nothing tells what a first draft costs extra: draft
+    budget.observe(cap, chain(1), 1, 0.0, seconds_of(1) + 0.050)  # the catch-up: 50 ms on top
+    assert budget.entry_costs == [pytest.approx(0.050)]
+    budget.finish()
+    for left, expected in ((30, 0), (100, 1)):  # 30 tokens win back 30 ms, 100 win back 100 ms
+        memory["probe_in"] = 50  # no probe due
+        budget.reset(memory)
+        assert budget.choose(left) == expected, left
+
+
+def test_a_short_run_after_plain_steps_probes_at_its_start_only_where_a_probe_could_pay():
+    """A probe the last run could not make (too few tokens left) is not carried as due at the next run's first step.
+    A run too short for its probe at RUN_PROBE_AT probes at its first step only where that could pay: where a
+    one-deep draft would save time even with every token accepted (cheap drafts), not where it could not."""
+    from engine.budget import PROBE_HORIZON, RUN_PROBE_AT
+
+    short = PROBE_HORIZON + RUN_PROBE_AT - 2  # tokens in each short run: at RUN_PROBE_AT too few are left to probe
+    for per_depth, probes in ((0.020, False), (0.002, True)):  # a one-deep draft: 3 plain steps' cost, or 1.2
+        memory: dict = {}
+        budget = CostAwareBudget()
+        budget.reset(memory)
+        run(budget, 300, lambda d: 0, lambda d, k=per_depth: 0.010 + k * d)  # nothing accepted: plain steps win
+        budget.finish()
+        for _ in range(3):
+            budget.reset(memory)
+            caps = [budget.choose(short - i) for i in range(short)]
+            for cap in caps:
+                depth = 4 if cap is None else min(cap, 4)
+                budget.observe(cap, chain(depth), 0, 0.0, 0.010 + per_depth * depth)
+            budget.finish()
+            assert (caps[0] != 0) == probes, (per_depth, caps)
+            assert memory["plain_best"] or probes
+            assert caps[1:] == [0] * (short - 1) or probes, caps  # no probe later in a short run
