@@ -386,4 +386,3 @@ def test_finished_rows_leave_the_batch(setup):
     assert rows_per_forward[0] == 3 and rows_per_forward == sorted(rows_per_forward, reverse=True)
     stopped = sum(len(t) < NEW for t in res.tokens)
     assert stopped and rows_per_forward[-1] <= 3 - stopped
-

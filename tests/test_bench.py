@@ -157,6 +157,12 @@ def test_sweep_prediction_finds_the_crossover():
     assert pred["predicted_speedup"][1] == pytest.approx(2 / 1.2, rel=1e-3)
     assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + (0.015 + 3 / 7 * 0.05) / 0.015), rel=1e-3)
     assert pred["predicted_crossover"] == 4 and pred["measured_crossover"] == 4
+    # finished rows leave the batch: B=4 verifying 3 rows on average costs the grid halfway between B=2 and B=4
+    sweep["rows"][4]["m"]["active_rows"] = 3
+    verify3 = ((0.012 + 3 / 7 * 0.008) + (0.015 + 3 / 7 * 0.05)) / 2 / 0.015
+    pred = predict(sweep, grid)["m"]
+    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 * 3 / 4 / 0.015 + verify3), rel=1e-3)
+    sweep["rows"][4]["m"]["active_rows"] = 4
 
     # B=1's cell measured its verify at 1.5 plain steps where the grid says 1.0: every B's verify counts 1.5x
     sweep["rows"][1]["m"]["verify_steps"] = 1.5

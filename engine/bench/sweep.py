@@ -147,7 +147,8 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
     measured forward seconds over (B, k). Drafting row by row is taken to cost its time at the smallest batch B0
     times the ratio of rows still decoding per step (a shape of the run, like the width, not a speed); batched
     drafting (one small-model call per depth for all rows, memory bound at these sizes) the same time as at B0.
-    Verification, over every row, costs grid(B, width) / grid(B, 1) plain steps, times what B0's cell measured over
+    Verification, over the rows still decoding (finished rows leave the batch: `active_rows`, the grid linear
+    between batch sizes), costs grid(active, width) / grid(B, 1) plain steps, times what B0's cell measured over
     what the grid says there (its `verify_steps` against grid(B0, width) / grid(B0, 1)). The grid times each shape
     in runs of its own; in decoding, a verify follows other graphs and pays the switch, and the loop verifies and
     compacts every row: on the AMX host at B = 1, prompt lookup's verify cost 1.25 plain steps where the grid said
@@ -163,6 +164,11 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
         """The grid's forward seconds at batch b over k tokens a row, linear between measured widths."""
         ks = sorted(grid[b])
         return float(np.interp(k, ks, [grid[b][x] for x in ks]))
+
+    def cost_rows(rows_in: float, k: float) -> float:
+        """The forward seconds over k tokens a row for `rows_in` rows on average (finished rows leave the batch),
+        linear between the grid's batch sizes."""
+        return float(np.interp(rows_in, sizes, [cost(b, k) for b in sizes]))
 
     for m in sweep["methods"]:
         if m == "ar":
@@ -180,7 +186,7 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
                 else rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
             )
             draft = first["draft_ms_per_step"] / 1e3 * rows_ratio / plain
-            verify = factor * cost(b, rows[b][m]["width"]) / plain
+            verify = factor * cost_rows(rows[b][m].get("active_rows", b), rows[b][m]["width"]) / plain
             per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
         out[m] = {
             "predicted_speedup": per_batch,
