@@ -490,22 +490,21 @@ class CostAwareBudget(FullBudget):
             return False
         if self.plain_floor == float("inf"):
             return False
-        seconds = (self._narrow_seconds if self.branched else self._seconds)([1])[0]
         cost = sum(_median(costs) for costs in (self.entry_costs, self.probe_costs) if costs)
-        return left * (self.plain_floor - seconds / 2) > cost
+        return left * (self.plain_floor - self._step_seconds(1, self.branched) / 2) > cost
 
     def _repays_entry(self, cap: int, narrow: bool, left: int | None) -> bool:
         """Whether drafting at `cap` (its spine when `narrow`) for the `left` tokens still to come saves more than
         the median extra cost of the latest runs' first drafted steps (True when nothing tells)."""
         if left is None or not self.entry_costs or self.plain_floor == float("inf"):
             return True
-        if narrow:
-            tokens = self._expected(cap, self.spine_reached, self.spine_accepted)[-1]
-            seconds = self._narrow_seconds([cap])[0]
-        else:
-            tokens = self._expected(cap, *self._tree_counts())[-1]
-            seconds = self._seconds([cap])[0]
-        return left * (self.plain_floor - seconds / max(tokens, 1e-9)) > _median(self.entry_costs)
+        counts = (self.spine_reached, self.spine_accepted) if narrow else self._tree_counts()
+        per_token = self._step_seconds(cap, narrow) / max(self._expected(cap, *counts)[-1], 1e-9)
+        return left * (self.plain_floor - per_token) > _median(self.entry_costs)
+
+    def _step_seconds(self, cap: int, narrow: bool) -> float:
+        """The predicted seconds of a step at `cap`: its spine's when `narrow`, else the draft's."""
+        return (self._narrow_seconds if narrow else self._seconds)([cap])[0]
 
     def expected_tokens(self, cap: int) -> float:
         """1 (the target's own token) plus, per depth, the chance the accepted path gets that deep: the product of
@@ -711,8 +710,7 @@ class CostAwareBudget(FullBudget):
         if deepest > 0 and not self.drafted:
             self.drafted = True
             if self.recent:  # what it cost beyond the price of its kind of step (ENTRY_COSTS)
-                price = (self._narrow_seconds if self.narrow else self._seconds)([deepest])[0]
-                self.entry_costs.append(max(draft_s + verify_s - price, 0.0))
+                self.entry_costs.append(max(draft_s + verify_s - self._step_seconds(deepest, self.narrow), 0.0))
                 del self.entry_costs[:-ENTRY_COSTS]
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         if self.in_row is not None and 0 < self.in_row <= self.settle:
