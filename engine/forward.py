@@ -58,6 +58,15 @@ STATIC_TOKENS = 2
 # 74-77 ms. Traced at 16 alone, four tokens slowed from 5.3-5.9 to 6.4-6.6 ms (lookahead's fitted window, as decoded
 # off the suite) and from about 16 to 20-24 ms on SmolLM2, and lookahead fell from 1.62x to 1.22x of plain decoding.
 SMALL_TOKENS = 4
+# Two rows of two new tokens each (one-deep drafts verified in a batch of two, the cost-aware budget's commonest
+# draft there; every batch of four once two of its rows have finished) run in a graph of their own, its products
+# inductor's C++ kernel (as one row's two tokens): in the batches' symbolic graph (traced at three tokens, products
+# timed) such a forward cost 1.4 one-token forwards of the two rows, so a one-deep draft could not pay at batch 2.
+# Interleaved in one process (bundled target, bf16 EPYC, 128 cached tokens each): 3.37 against 4.38 ms, a one-token
+# forward of the two rows 3.1. A graph of its own at three and four rows (products timed, as at six and eight rows
+# the C++ kernel ran slower: 9.8 against 6.0 ms at four rows) ran level with the symbolic graph (4.84 / 4.88 and
+# 6.15 / 6.16 ms), so those stay in it.
+PAIR_ROWS = 2
 SEVERAL_TOKENS = 16
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
@@ -181,12 +190,15 @@ def compile_function(fn: Callable) -> Callable:
     return torch.compile(fn, dynamic=True, options={"guard_filter_fn": trusted_guards})
 
 
-def _mark_tokens_static(kwargs: dict) -> None:
-    """Mark the new-token dimension of a forward's inputs static: dynamo compiles (or picks) the graph for exactly
-    that many tokens (STATIC_TOKENS)."""
-    torch._dynamo.mark_static(kwargs["input_ids"], 1)  # [1, S]
-    torch._dynamo.mark_static(kwargs["position_ids"], 1)  # [1, S]
-    torch._dynamo.mark_static(kwargs["attention_mask"], 2)  # [1, 1, S, width]
+def _mark_tokens_static(kwargs: dict, rows: bool = False) -> None:
+    """Mark the new-token dimension of a forward's inputs static (and the batch's, with `rows`): dynamo compiles (or
+    picks) the graph for exactly that many tokens (STATIC_TOKENS) and rows."""
+    torch._dynamo.mark_static(kwargs["input_ids"], 1)  # [B, S]
+    torch._dynamo.mark_static(kwargs["position_ids"], 1)  # [B, S]
+    torch._dynamo.mark_static(kwargs["attention_mask"], 2)  # [B, 1, S, width]
+    if rows:
+        for name in ("input_ids", "position_ids", "attention_mask"):
+            torch._dynamo.mark_static(kwargs[name], 0)
 
 
 def _graph_function(model: torch.nn.Module, tag: str = "") -> Callable:
@@ -252,6 +264,8 @@ class CompiledForward(torch.nn.Module):
         self.graph = compile_function(_graph_function(model)) if compile else None
         # one row, three or four new tokens (SMALL_TOKENS): products picked for a few rows
         self.small_graph = compile_function(_graph_function(model, "_few")) if compile else None
+        # two rows, two new tokens each (PAIR_ROWS): its own graph, products picked for four
+        self.pair_graph = compile_function(_graph_function(model, "_pair")) if compile else None
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
         self._ramp: torch.Tensor | None = None  # the causal mask's row template (_causal)
@@ -342,11 +356,13 @@ class CompiledForward(torch.nn.Module):
             if not cache.pinned:
                 cache.unpin()  # the buffers exist now (created by the first write)
         else:
-            if S == STATIC_TOKENS and B == 1:
-                _mark_tokens_static(kwargs)
+            pair = B == PAIR_ROWS and S == STATIC_TOKENS and self.pair_graph is not None
+            if S == STATIC_TOKENS and B == 1 or pair:
+                _mark_tokens_static(kwargs, rows=pair)
             few = B == 1 and STATIC_TOKENS < S <= SMALL_TOKENS and self.small_graph is not None
+            graph = self.pair_graph if pair else self.small_graph if few else self.graph
             try:
-                out, greedy = (self.small_graph if few else self.graph)(cache.move_inputs(device), **kwargs)
+                out, greedy = graph(cache.move_inputs(device), **kwargs)
                 cache.moves_done()
                 out.greedy = greedy
             except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager
@@ -376,7 +392,7 @@ class CompiledForward(torch.nn.Module):
                 self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
                 widths = [(1, "one token"), (STATIC_TOKENS, "two tokens")]
                 widths += [(STATIC_TOKENS + 1, "a few tokens"), (SEVERAL_TOKENS, "several tokens")]
-                if rows > 1:  # batches run one symbolic graph from two tokens on (see forward)
+                if rows > 1:  # batches run one symbolic graph from two tokens on (see forward) ...
                     widths = [(1, "one token"), (3, "several tokens")]
                 for i, (width, what) in enumerate(widths):
                     if progress is not None:
@@ -388,11 +404,21 @@ class CompiledForward(torch.nn.Module):
                     else:  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
                         mask = torch.zeros(rows, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
                         self(torch.zeros(rows, width, dtype=torch.long, device=device), cache, mask)
+                if rows > 1 and self.pair_graph is not None:  # ... but two rows of two tokens (PAIR_ROWS): a batch
+                    pair = self.new_cache(32)  # of more rows comes down to two as its rows finish
+                    if progress is not None:
+                        what = f"two tokens in batches of {PAIR_ROWS}"
+                        progress(len(widths), COMPILE_STEPS, f"compiling {name} for {what} (once per session)")
+                    self(torch.zeros(PAIR_ROWS, 4, dtype=torch.long, device=device), pair)  # eager prefill
+                    shape = (PAIR_ROWS, 1, STATIC_TOKENS, 4 + STATIC_TOKENS)
+                    mask = torch.zeros(shape, dtype=self.model.dtype, device=device)
+                    with small_graph_products(self.frozen):
+                        self(torch.zeros(PAIR_ROWS, STATIC_TOKENS, dtype=torch.long, device=device), pair, mask)
         finally:
             self.strict = False
 
     def _give_up(self, exc: Exception) -> None:
-        self.graph = self.small_graph = None
+        self.graph = self.small_graph = self.pair_graph = None
         self.failure = f"torch.compile failed ({reason(exc)}): running {type(self.model).__name__} eager"
         _REGISTRY.pop(self.model, None)
 

@@ -313,6 +313,32 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
     assert max(rows_read) == len(PROMPTS) and 1 in rows_read  # the batch's read-out ran compiled, and one row's
 
 
+def test_two_rows_of_two_tokens_run_their_own_graph_exactly(compiled):
+    """A batch of two rows verifying one-deep drafts runs a graph of its own (engine/forward.py: PAIR_ROWS), warmed
+    up with the batched graphs: its logits are the eager model's, and it compiles nothing new."""
+    target, _, _, _, _ = compiled
+    forward = forward_for(target)
+    forward.warm_up(2)
+    calls: dict = {}
+    pair = forward.pair_graph
+    forward.pair_graph = counted(pair, calls, "pair")
+    ids = torch.randint(0, 96, (2, 12), generator=torch.Generator().manual_seed(7))
+    graphs = counters["stats"]["unique_graphs"]
+    try:
+        with torch.no_grad():
+            cache = forward.new_cache(16)
+            forward(ids[:, :8], cache)  # eager prefill
+            mask = torch.zeros(2, 1, 2, 10)  # [B, 1, S, past + S] additive, per row as batches pass it: causal
+            mask[:, :, 0, 9] = torch.finfo(mask.dtype).min
+            out = forward(ids[:, 8:10], cache, mask)
+            whole = target(input_ids=ids[:, :10]).logits  # [2, 10, V], eager, no cache
+    finally:
+        forward.pair_graph = pair
+    assert calls == {"pair": 1} and counters["stats"]["unique_graphs"] == graphs
+    torch.testing.assert_close(out.logits, whole[:, 8:], atol=1e-4, rtol=1e-4)
+    assert torch.equal(out.greedy, out.logits.float().argmax(-1))
+
+
 def counted(graph, calls: dict, key: str):
     def run(*args, **kwargs):
         calls[key] = calls.get(key, 0) + 1
