@@ -58,10 +58,10 @@ STATIC_TOKENS = 2
 # 74-77 ms. Traced at 16 alone, four tokens slowed from 5.3-5.9 to 6.4-6.6 ms (lookahead's fitted window, as decoded
 # off the suite) and from about 16 to 20-24 ms on SmolLM2, and lookahead fell from 1.62x to 1.22x of plain decoding.
 SMALL_TOKENS = 4
-# Two rows of two new tokens each (one-deep drafts verified in a batch of two, the cost-aware budget's commonest
-# draft there; every batch of four once two of its rows have finished) run in a graph of their own, its products
-# inductor's C++ kernel (as one row's two tokens): in the batches' symbolic graph (traced at three tokens, products
-# timed) such a forward cost 1.4 one-token forwards of the two rows, so a one-deep draft could not pay at batch 2.
+# Two rows of two new tokens each (one-deep drafts verified in a batch of two; every batch of four once two of its
+# rows have finished) run in a graph of their own, its products inductor's C++ kernel (as one row's two tokens): in
+# the batches' symbolic graph (traced at three tokens, products timed) such a forward cost 1.4 one-token forwards of
+# the two rows (the sweep's grid: 4.7 against 3.3 ms), where one row's two tokens cost 1.1 of its one.
 # Interleaved in one process (bundled target, bf16 EPYC, 128 cached tokens each): 3.37 against 4.38 ms, a one-token
 # forward of the two rows 3.1. A graph of its own at three and four rows (products timed, as at six and eight rows
 # the C++ kernel ran slower: 9.8 against 6.0 ms at four rows) ran level with the symbolic graph (4.84 / 4.88 and
