@@ -8,9 +8,10 @@ reason comes back as one line.
 
 The compiled forward runs over a `StaticKVCache`: the mask covers a window of it (its entries and the new ones,
 rounded up; engine/attention_window.py), entries past the length masked, and attention reads the keys in the window
-only. The sequence, window and batch dimensions are symbolic (`dynamic=True`), so one graph serves every draft or
-tree size without padding, and a second every size of one token. Prefill (an empty cache, any prompt length) runs
-eager.
+only. The sequence, window and batch dimensions are symbolic (`dynamic=True`), so a few graphs serve every draft or
+tree size without padding: one for a single new token, symbolic ones for several (SMALL_TOKENS, SEVERAL_TOKENS; one
+for batches), and graphs of their own for one row's two tokens and two rows' two (STATIC_TOKENS, PAIR_ROWS).
+Prefill (an empty cache, any prompt length) runs eager.
 """
 
 from __future__ import annotations
