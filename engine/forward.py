@@ -61,13 +61,19 @@ STATIC_TOKENS = 2
 SMALL_TOKENS = 4
 # Two rows of two new tokens each (one-deep drafts verified in a batch of two; every batch of four once two of its
 # rows have finished) run in a graph of their own, its products inductor's C++ kernel (as one row's two tokens): in
-# the batches' symbolic graph (traced at three tokens, products timed) such a forward cost 1.4 one-token forwards of
-# the two rows (the sweep's grid: 4.7 against 3.3 ms), where one row's two tokens cost 1.1 of its one.
+# the batches' symbolic graph (then traced at three tokens, products timed) such a forward cost 1.4 one-token
+# forwards of the two rows (the sweep's grid: 4.7 against 3.3 ms), where one row's two tokens cost 1.1 of its one.
 # Interleaved in one process (bundled target, bf16 EPYC, 128 cached tokens each): 3.37 against 4.38 ms, a one-token
 # forward of the two rows 3.1. A graph of its own at three and four rows (products timed, as at six and eight rows
 # the C++ kernel ran slower: 9.8 against 6.0 ms at four rows) ran level with the symbolic graph (4.84 / 4.88 and
 # 6.15 / 6.16 ms), so those stay in it.
 PAIR_ROWS = 2
+# Batches' symbolic graph (two tokens a row and more, but PAIR_ROWS') is traced at this many tokens a row, so the
+# products' kernels are timed at rows x 8. Traced at three (as it was), interleaved in one process against traced at
+# eight (bundled target, bf16 EPYC, 128 cached tokens, ms for 3 / 4 / 5 / 8 tokens a row): two rows 4.98 / 5.62 /
+# 5.98 / 7.17 against 5.13 / 5.52 / 5.80 / 6.66, four rows 7.28 / 7.85 / 8.90 / 11.47 against 7.23 / 7.61 / 8.44 /
+# 10.32: level at three tokens, 2-10% faster from four on (lookahead's windows, trees, spines three deep).
+BATCH_TRACE_TOKENS = 8
 SEVERAL_TOKENS = 16
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
@@ -394,7 +400,7 @@ class CompiledForward(torch.nn.Module):
                 widths = [(1, "one token"), (STATIC_TOKENS, "two tokens")]
                 widths += [(STATIC_TOKENS + 1, "a few tokens"), (SEVERAL_TOKENS, "several tokens")]
                 if rows > 1:  # batches run one symbolic graph from two tokens on (see forward) ...
-                    widths = [(1, "one token"), (3, "several tokens")]
+                    widths = [(1, "one token"), (BATCH_TRACE_TOKENS, "several tokens")]
                 for i, (width, what) in enumerate(widths):
                     if progress is not None:
                         batch = f" in batches of {rows}" if rows > 1 else ""
