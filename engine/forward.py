@@ -390,37 +390,34 @@ class CompiledForward(torch.nn.Module):
         a timed run: the sweep's first batch-2 cell of vanilla once compiled three graphs and ran at 0.4x. A compile
         error propagates."""
         device = next(self.model.parameters()).device
-        if rows == 1:  # oneDNN's primitive per row count of every packed product: drafts and verifies vary in size
+        if rows == 1:  # one row: no mask (fresh input, as callers' strides are)
+            # oneDNN's primitive per row count of every packed product: drafts and verifies vary in size
             warm_products(self.model, WARM_ROWS)
+            shapes = [(1, 1, "one token"), (1, STATIC_TOKENS, "two tokens")]
+            shapes += [(1, STATIC_TOKENS + 1, "a few tokens"), (1, SEVERAL_TOKENS, "several tokens")]
+        else:  # batches run one symbolic graph from two tokens on, but two rows of two tokens (see forward)
+            shapes = [(rows, 1, "one token"), (rows, BATCH_TRACE_TOKENS, "several tokens")]
+            if self.pair_graph is not None:  # a batch of more rows comes down to two as its rows finish
+                shapes.append((PAIR_ROWS, STATIC_TOKENS, "two tokens"))
         self.strict = True
         try:
             with torch.no_grad():
-                cache = self.new_cache(32)
-                self(torch.zeros(rows, 4, dtype=torch.long, device=device), cache)  # eager prefill
-                widths = [(1, "one token"), (STATIC_TOKENS, "two tokens")]
-                widths += [(STATIC_TOKENS + 1, "a few tokens"), (SEVERAL_TOKENS, "several tokens")]
-                if rows > 1:  # batches run one symbolic graph from two tokens on (see forward) ...
-                    widths = [(1, "one token"), (BATCH_TRACE_TOKENS, "several tokens")]
-                for i, (width, what) in enumerate(widths):
+                caches: dict[int, StaticKVCache] = {}
+                for i, (b, width, what) in enumerate(shapes):
                     if progress is not None:
-                        batch = f" in batches of {rows}" if rows > 1 else ""
+                        batch = f" in batches of {b}" if b > 1 else ""
                         progress(i, COMPILE_STEPS, f"compiling {name} for {what}{batch} (once per session)")
-                    if rows == 1:  # one row: no mask (fresh input, as callers' strides are)
-                        with small_graph_products(self.frozen and width <= STATIC_TOKENS):
-                            self(torch.zeros(rows, width, dtype=torch.long, device=device), cache)
-                    else:  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
-                        mask = torch.zeros(rows, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
-                        self(torch.zeros(rows, width, dtype=torch.long, device=device), cache, mask)
-                if rows > 1 and self.pair_graph is not None:  # ... but two rows of two tokens (PAIR_ROWS): a batch
-                    pair = self.new_cache(32)  # of more rows comes down to two as its rows finish
-                    if progress is not None:
-                        what = f"two tokens in batches of {PAIR_ROWS}"
-                        progress(len(widths), COMPILE_STEPS, f"compiling {name} for {what} (once per session)")
-                    self(torch.zeros(PAIR_ROWS, 4, dtype=torch.long, device=device), pair)  # eager prefill
-                    shape = (PAIR_ROWS, 1, STATIC_TOKENS, 4 + STATIC_TOKENS)
-                    mask = torch.zeros(shape, dtype=self.model.dtype, device=device)
-                    with small_graph_products(self.frozen):
-                        self(torch.zeros(PAIR_ROWS, STATIC_TOKENS, dtype=torch.long, device=device), pair, mask)
+                    cache = caches.get(b)
+                    if cache is None:
+                        cache = caches[b] = self.new_cache(32)
+                        self(torch.zeros(b, 4, dtype=torch.long, device=device), cache)  # eager prefill
+                    mask = None  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
+                    if b > 1:
+                        mask = torch.zeros(b, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
+                    # SMALL_GRAPH_PRODUCTS: one row's one and two tokens, two rows' two (PAIR_ROWS)
+                    generated = width <= STATIC_TOKENS if b == 1 else width == STATIC_TOKENS
+                    with small_graph_products(self.frozen and generated):
+                        self(torch.zeros(b, width, dtype=torch.long, device=device), cache, mask)
         finally:
             self.strict = False
 
