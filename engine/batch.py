@@ -8,7 +8,8 @@ hides each row's padding; a row that finished leaves the target's batch (its cac
 (their pools, pending features and settings). A drafter class may batch its model calls across rows
 (`Drafter.batch_drafting`: vanilla, Medusa, EAGLE-2 and EAGLE-3 make one model call per depth for every row); the
 others draft one row at a time. A drafter sees a `RowView` of the batched output laid out exactly like a batch-1
-forward, so every variant runs unchanged.
+forward, so every variant runs unchanged. Given more prompts than rows, finished rows take waiting prompts
+(continuous batching, `stream`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 import torch
 
 from engine.budget import FullBudget, remembered
-from engine.cache import check_window, crop, keep_batch_rows, move_row_entries
+from engine.cache import check_window, crop, keep_batch_rows, move_row_entries, write_rows
 from engine.drafters.base import DecodeState, Drafter, RowByRow
 from engine.errors import GlanceError
 from engine.events import StepEvent
@@ -53,6 +54,7 @@ class BatchResult:
     verify_seconds: float
     verify_width: int = 0  # tokens per row summed over verification forwards (each forward is B x its width)
     batched_drafting: bool = False  # the drafter made one model call per depth for all rows (not one per row)
+    prefills: int = 1  # prefill forwards among `forwards` (more than one where finished rows took waiting prompts)
 
     @property
     def new_tokens(self) -> int:
@@ -108,6 +110,10 @@ class BatchDecoder:
         self.feature_layers: tuple[int, ...] = ()  # set per run from the drafters
         self.variant = variant
         self.budget = budget if budget is not None else FullBudget()
+        # With more prompts than rows: how many rows must be free before waiting prompts join them (None: half the
+        # batch). Each join runs a prefill forward of its own (eager: about 10 ms of fixed cost on the bundled
+        # target, three plain steps), so rows join in groups rather than one at a time (`stream`).
+        self.join_rows: int | None = None
         self.device = next(target.parameters()).device
         self.dtype = next(target.parameters()).dtype
 
@@ -133,42 +139,18 @@ class BatchDecoder:
         return live
 
     @torch.no_grad()
-    def generate(self, prompts: list[list[int]]) -> BatchResult:
-        """Decode every prompt to its end; the per-row step events are dropped (see `stream`)."""
-        for item in self.stream(prompts):
+    def generate(self, prompts: list[list[int]], rows: int | None = None) -> BatchResult:
+        """Decode every prompt to its end, `rows` at a time (see `stream`); the per-row step events are dropped."""
+        for item in self.stream(prompts, rows):
             if isinstance(item, BatchResult):
                 return item
         raise RuntimeError("stream ended without a result")
 
-    @torch.no_grad()
-    def stream(self, prompts: list[list[int]]) -> Iterator[tuple[int, StepEvent] | BatchResult]:
-        """(row, StepEvent) for every row's prefill and verification steps, then the BatchResult. Events carry no
-        per-token target probabilities (nothing renders batched rows token by token)."""
-        if not prompts or any(not p for p in prompts):
-            raise GlanceError("every prompt of a batch needs at least one token")
-        B = len(prompts)
-        drafters = [self.make_drafter() for _ in range(B)]
-        if self.budget.name != "full":  # cost-aware: lookahead's windows sized to the batch's forward cost
-            for d in drafters:
-                d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
-        budget = self.budget if drafters[0].budgeted else FullBudget()
-        budget.reset(remembered(self.target, drafters[0], B, self.sampling))
-        budget.price_forwards(lambda widths: measured_once(self.target, B, widths))
-        hidden = drafters[0].needs_hidden_states
-        self.feature_layers = drafters[0].feature_layers
-        gens = [torch.Generator().manual_seed(self.sampling.seed + b) for b in range(B)]
-        run_ids = [uuid.uuid4().hex[:12] for _ in range(B)]
-        longest = max(len(p) for p in prompts) + self.max_new_tokens
-        check_window(self.target.config, longest + drafters[0].extra_positions)
-        drafters[0].check_context(longest)
-        self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
-        cache = self.forward.new_cache(longest + drafters[0].extra_positions)
-        sync(self.device)
-        t0 = time.perf_counter()
-
-        # Prefill, right-padded: row b's real tokens are columns 0..len_b - 1.
+    def _prefill(self, prompts: list[list[int]], cache, hidden: bool) -> tuple[Any, list[int]]:
+        """One right-padded forward over `prompts` into `cache` (row b's real tokens at columns 0..len_b - 1); the
+        LM head runs on each prompt's last token only. Returns the output and those columns (sorted)."""
         lens = [len(p) for p in prompts]
-        T = max(lens)
+        B, T = len(prompts), max(lens)
         ids = torch.full((B, T), self.pad, dtype=torch.long)
         visible = torch.zeros(B, T, T, dtype=torch.bool)
         positions = torch.zeros(B, T, dtype=torch.long)
@@ -177,36 +159,126 @@ class BatchDecoder:
             ids[b, : len(p)] = torch.tensor(p)
             visible[b, :, : len(p)] = causal[:, : len(p)]
             positions[b] = torch.arange(T).clamp(max=len(p) - 1)
-        lasts = sorted({n - 1 for n in lens})  # the LM head on each prompt's last token only (all rows get each)
-        out = self._forward(ids, visible, positions, cache, hidden, lasts)
-        forwards = 1
-        states, new, active = [], [], []
-        for b, p in enumerate(prompts):
+        lasts = sorted({n - 1 for n in lens})  # (all rows get each)
+        return self._forward(ids, visible, positions, cache, hidden, lasts), lasts
+
+    @torch.no_grad()
+    def stream(
+        self, prompts: list[list[int]], rows: int | None = None
+    ) -> Iterator[tuple[int, StepEvent] | BatchResult]:
+        """(prompt index, StepEvent) for every prompt's prefill and verification steps, then the BatchResult. Events
+        carry no per-token target probabilities (nothing renders batched rows token by token).
+
+        `rows`: how many prompts decode at once (None: all of them). With fewer rows than prompts the batch decodes
+        continuously, as a server does: once `join_rows` rows have finished, the next waiting prompts take them
+        (prefilled together in a forward of their own, then added to the batch's cache), so the batch stays nearly
+        full until the queue runs dry. Static batches would leave finished rows idle until the batch's slowest row
+        ends, and speculative rows end at different steps."""
+        if not prompts or any(not p for p in prompts):
+            raise GlanceError("every prompt of a batch needs at least one token")
+        if rows is not None and rows < 1:
+            raise GlanceError(f"a batch needs at least one row (got {rows})")
+        N = len(prompts)
+        B = min(rows or N, N)
+        budget_on = self.budget.name != "full"
+
+        def new_drafter() -> Drafter:
+            d = self.make_drafter()
+            if budget_on:  # cost-aware: lookahead's windows sized to the batch's forward cost
+                d.fit_batch(B, lambda widths: measured_once(self.target, B, widths))
+            return d
+
+        drafters = [new_drafter() for _ in range(B)]
+        budget = self.budget if drafters[0].budgeted else FullBudget()
+        budget.reset(remembered(self.target, drafters[0], B, self.sampling))
+        budget.price_forwards(lambda widths: measured_once(self.target, B, widths))
+        hidden = drafters[0].needs_hidden_states
+        self.feature_layers = drafters[0].feature_layers
+        gens = [torch.Generator().manual_seed(self.sampling.seed + p) for p in range(N)]
+        run_ids = [uuid.uuid4().hex[:12] for _ in range(N)]
+        longest = max(len(p) for p in prompts) + self.max_new_tokens
+        extra = drafters[0].extra_positions
+        check_window(self.target.config, longest + extra)
+        drafters[0].check_context(longest)
+        self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
+        cache = self.forward.new_cache(longest + extra)
+        sync(self.device)
+        t0 = time.perf_counter()
+
+        waiting = list(range(B, N))  # prompts not started yet, in order
+        slot = list(range(B))  # slot[b]: the prompt row b decodes
+        out, lasts = self._prefill(prompts[:B], cache, hidden)
+        prefills = 1
+        states, new, active = [], [[] for _ in range(N)], []
+        for b in range(B):
+            p = prompts[b]
             first = first_token(out.logits[b, lasts.index(len(p) - 1)].float(), self.sampling, gens[b])
             state = DecodeState(list(p) + [first], len(p), self.sampling, gens[b], _row_view(out, b, len(p)))
             drafters[b].begin(state)
             states.append(state)
-            new.append([first])
+            new[b] = [first]
             active.append(cut([first], self.max_new_tokens, self.eos)[1] is None)
         sync(self.device)
         prefill_s = time.perf_counter() - t0
         for b in range(B):
             yield b, prefill_event(run_ids[b], self.variant, new[b][0], prefill_s)
-        cached = list(lens)  # row b's cache length: every committed token but the pending one
+        cached = [len(p) for p in prompts[:B]]  # row b's cache length: every committed token but the pending one
         live = list(range(B))  # the rows in the target's batch, in order (finished rows leave it)
-        live = self._drop_finished(cache, live, active, cached)
         drafting = type(drafters[0]).batch_drafting(drafters)  # row by row, or one model call per depth for all
-        steps = [0] * B
+
+        fresh: set[int] = set()  # rows that took a waiting prompt and have not drafted for it yet
+
+        join = self.join_rows or -(-B // 2)
+
+        def refill() -> Iterator[tuple[int, StepEvent]]:
+            """Waiting prompts take the rows that finished, once `join` of them are free (or every row is, or the
+            queue's last prompts can go): their prefill events."""
+            nonlocal prefills, prefill_s, live
+            while waiting:
+                freed = [b for b in range(B) if not active[b]][: len(waiting)]  # none of them in the batch now
+                if not freed or (live and len(freed) < min(join, len(waiting))):
+                    return
+                t = time.perf_counter()
+                taken = [waiting.pop(0) for _ in freed]
+                own = self.forward.new_cache(longest + extra)  # the joining prompts' own cache, then the batch's rows
+                out, lasts = self._prefill([prompts[q] for q in taken], own, hidden)
+                if not live:
+                    keep_batch_rows(cache, [])  # the batch had ended: the new rows make it
+                write_rows(cache, own, list(range(len(live), len(live) + len(freed))), list(range(len(freed))))
+                live = live + freed  # their cache rows follow the others'
+                prefills += 1
+                for j, (b, q) in enumerate(zip(freed, taken)):
+                    p = prompts[q]
+                    first = first_token(out.logits[j, lasts.index(len(p) - 1)].float(), self.sampling, gens[q])
+                    state = DecodeState(list(p) + [first], len(p), self.sampling, gens[q], _row_view(out, j, len(p)))
+                    drafters[b] = new_drafter()
+                    drafters[b].begin(state)
+                    drafting.replace(b, drafters[b])
+                    slot[b], states[b], cached[b], new[q] = q, state, len(p), [first]
+                    fresh.add(b)
+                    active[b] = cut([first], self.max_new_tokens, self.eos)[1] is None
+                sync(self.device)
+                seconds = time.perf_counter() - t
+                prefill_s += seconds
+                for q in taken:
+                    yield q, prefill_event(run_ids[q], self.variant, new[q][0], seconds)
+
+        live = self._drop_finished(cache, live, active, cached)
+        yield from refill()
+        steps = [0] * N
+        forwards = 0  # verification forwards
         draft_s = verify_s = 0.0
         width = 0
 
         while live:
             ts = time.perf_counter()
-            left = [self.max_new_tokens - len(new[b]) - 1 for b in range(B)]
+            left = [self.max_new_tokens - len(new[q]) - 1 for q in slot]
             cap = budget.choose(max(left[b] for b in live))  # None: as deep as the drafters allow
             drafts = drafting.propose(states, [n if cap is None else min(n, cap) for n in left], active)
             if budget.narrow:
                 drafts = [d.spine() for d in drafts]  # the greedy chain of every row's tree
+            joined = {b for b in fresh if len(drafts[b])}  # rows whose drafter read its new prompt in this draft
+            fresh -= joined
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
@@ -215,7 +287,7 @@ class BatchDecoder:
             ids = torch.full((L, S), self.pad, dtype=torch.long)
             visible = torch.zeros(L, S, past + S, dtype=torch.bool)
             positions = torch.zeros(L, S, dtype=torch.long)
-            for i, b in enumerate(live):  # batch row i decodes prompt row b
+            for i, b in enumerate(live):  # batch row i is row b (it decodes prompt slot[b])
                 d, n = drafts[b], sizes[b]
                 ids[i, :n] = torch.tensor([states[b].tokens[-1]] + d.tokens + d.side_tokens)
                 visible[i, :, : cached[b]] = True
@@ -230,11 +302,11 @@ class BatchDecoder:
             greedy = self.sampling.greedy or any(d.side_tokens for d in drafts)
             best_rows = greedy_ids(out).tolist() if greedy else None  # [L][S]: every row's argmax, one transfer
             for i, b in enumerate(live):
-                d = drafts[b]
+                d, q = drafts[b], slot[b]
                 logits = out.logits[i, : 1 + len(d)]  # [1 + n, V], model dtype: side rows are the drafter's
                 best = best_rows[i][: sizes[b]] if best_rows else None
-                left = self.max_new_tokens - len(new[b])
-                step = commit(d, logits, self.sampling, gens[b], left, self.eos, best and best[: 1 + len(d)])
+                left = self.max_new_tokens - len(new[q])
+                step = commit(d, logits, self.sampling, gens[q], left, self.eos, best and best[: 1 + len(d)])
                 for j, r in enumerate(step.rows):  # the pending token and the accepted path, after the row's prefix
                     if past + r != cached[b] + j:
                         moved_rows.append(i)
@@ -247,8 +319,8 @@ class BatchDecoder:
                 states[b].rows = step.rows
                 states[b].side_logits = out.logits[i, 1 + len(d) : sizes[b]] if d.side_tokens else None
                 states[b].side_best = best[1 + len(d) :] if d.side_tokens else None
-                new[b].extend(step.tokens)
-                steps[b] += 1
+                new[q].extend(step.tokens)
+                steps[q] += 1
                 outcomes[b] = step
             # every row keeps its prefix in place; entries past a row's own length are stale and masked
             move_row_entries(cache, moved_rows, src, dst, max(cached[b] for b in live))
@@ -261,13 +333,17 @@ class BatchDecoder:
             te = time.perf_counter()
             d_s, v_s = (tv - ts) + (te - tu), tu - tv
             paths = [step.accepted for step in outcomes.values()]
-            budget.observe_rows(cap, [drafts[b] for b in outcomes], [len(p) for p in paths], d_s, v_s, paths)
+            # a step in which a row's drafter read its new prompt is priced by nobody (as a run's first draft)
+            accepted = [len(p) for p in paths]
+            budget.observe_rows(cap, [drafts[b] for b in outcomes], accepted, d_s, v_s, paths, timed=not joined)
             draft_s += d_s
             verify_s += v_s
             clock = prefill_s + draft_s + verify_s
             for b, step in outcomes.items():
-                yield b, step_event(run_ids[b], self.variant, steps[b], drafts[b], step, d_s, v_s, clock, len(new[b]))
+                q = slot[b]
+                yield q, step_event(run_ids[q], self.variant, steps[q], drafts[b], step, d_s, v_s, clock, len(new[q]))
+            yield from refill()
         budget.finish()
         wall = prefill_s + draft_s + verify_s
         batched = not isinstance(drafting, RowByRow)
-        yield BatchResult(new, steps, forwards, wall, draft_s, verify_s, width, batched)
+        yield BatchResult(new, steps, forwards + prefills, wall, draft_s, verify_s, width, batched, prefills)

@@ -269,8 +269,10 @@ class FullBudget:
         draft_s: float,
         verify_s: float,
         paths: list[list[int]] | None = None,
+        timed: bool = True,
     ) -> None:
-        """A batch step: every row's draft and accepted count (and nodes), and what the whole step cost."""
+        """A batch step: every row's draft and accepted count (and nodes), and what the whole step cost (`timed`
+        False: a cost that says nothing of the step's depth, such as a row's first draft reading its prompt)."""
 
     def hindsight(self, matches: list[bool], first: list[bool] | None = None, depth: int | None = None) -> None:
         """Whether a greedy draft would have guessed each of a run of committed tokens nobody drafted
@@ -656,9 +658,11 @@ class CostAwareBudget(FullBudget):
         draft_s: float,
         verify_s: float,
         paths: list[list[int]] | None = None,
+        timed: bool = True,
     ) -> None:
-        """Acceptance per depth from every row; the step's seconds under its deepest draft. Expected tokens are per
-        row and the seconds per batch step, so the best cap maximises the batch's tokens per second."""
+        """Acceptance per depth from every row; the step's seconds under its deepest draft (not where `timed` is
+        False). Expected tokens are per row and the seconds per batch step, so the best cap maximises the batch's
+        tokens per second."""
         self.steps += 1
         self._forget()
         deepest = 0
@@ -696,7 +700,7 @@ class CostAwareBudget(FullBudget):
             self.plain_floor = _median(runs)
         if self.probe_open is not None and self.plain_floor < float("inf"):
             tokens = 1 + sum(accepted) / max(len(accepted), 1)  # per row: what plain steps would have taken
-            if deepest == 0 or self.drafted:  # not the run's first draft (see PROBE_TAIL)
+            if timed and (deepest == 0 or self.drafted):  # not the run's first draft (see PROBE_TAIL)
                 self.probe_open += draft_s + verify_s - tokens * self.plain_floor
             self.probe_tail = self.probe_tail + 1 if deepest == 0 else 0
             if self.probe_tail >= PROBE_TAIL:  # the cold plain steps after the probe are over
@@ -713,6 +717,8 @@ class CostAwareBudget(FullBudget):
                 self.entry_costs.append(max(draft_s + verify_s - self._step_seconds(deepest, self.narrow), 0.0))
                 del self.entry_costs[:-ENTRY_COSTS]
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
+        if not timed:
+            return  # likewise a row that joined the batch mid-run (engine/batch.py: continuous batching)
         if self.in_row is not None and 0 < self.in_row <= self.settle:
             return  # its time is the switch's, not its depth's (see SETTLE)
         if deepest:

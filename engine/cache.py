@@ -147,10 +147,39 @@ def keep_batch_rows(cache, rows: list[int]) -> None:
     layers = _editable_layers(cache)
     if not layers:
         return
-    index = torch.tensor(rows, device=layers[0].keys.device)
+    index = torch.tensor(rows, dtype=torch.long, device=layers[0].keys.device)
     for layer in layers:
         layer.keys = layer.keys.index_select(0, index)  # [len(rows), H, L, D]
         layer.values = layer.values.index_select(0, index)
+
+
+def write_rows(cache, source, rows: list[int], source_rows: list[int]) -> None:
+    """Write row source_rows[i] of `source` (every entry it holds, at the same columns) into batch row rows[i] of
+    `cache`, adding rows where rows[i] is past the batch: a batch that decodes continuously prefills waiting prompts
+    in a cache of their own and adds them to its rows. The cache grows to the source's length where that is longer;
+    each row's entries past its own length are stale and masked, as after any compaction. Both caches are of one
+    kind (the same forward's)."""
+    length = cache_length(source)
+    if hasattr(cache, "write_rows"):
+        cache.write_rows(source, rows, source_rows)
+        return
+    _editable_layers(cache)  # checks the kind of every layer
+    layers = [layer for layer in cache.layers if layer.is_initialized and layer.keys is not None]  # even 0 rows
+    sources = _editable_layers(source)
+    if not layers or not rows:
+        return
+    device = layers[0].keys.device
+    r, s = torch.tensor(rows, device=device), torch.tensor(source_rows, device=device)
+    for layer, src in zip(layers, sources):
+        for name in ("keys", "values"):
+            buf = getattr(layer, name)  # [B, H, L, D]
+            more_rows, more_cols = max(rows) + 1 - buf.shape[0], length - buf.shape[2]
+            if more_rows > 0:  # new rows at the batch's end
+                buf = torch.cat([buf, buf.new_zeros(more_rows, *buf.shape[1:])], dim=0)
+            if more_cols > 0:  # a longer prompt than any row's text: every row gets masked columns
+                buf = torch.cat([buf, buf.new_zeros(buf.shape[0], buf.shape[1], more_cols, buf.shape[3])], dim=2)
+            setattr(layer, name, buf)
+            buf[r, :, :length] = getattr(src, name)[s, :, :length]
 
 
 def move_row_entries(cache, rows: list[int], src: list[int], dst: list[int], length: int) -> None:

@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--repeats", type=int, default=1)
     b.add_argument("--batch-sizes", default=None, help="run the batch sweep instead, e.g. 1,2,4,8,16,32")
+    b.add_argument(
+        "--continuous",
+        action="store_true",
+        help="sweep with continuous batching (finished rows take waiting prompts, half a batch at a time) rather "
+        "than in static batches (each batch decodes until its slowest row ends)",
+    )
     b.add_argument("--out", default="bench-results", help="folder for results.json, results.md and charts")
     _add_model_args(b)
     _add_drafter_args(b)
@@ -403,7 +409,7 @@ def cmd_bench(args) -> int:
         bar.refresh()
 
     try:
-        results = run_benchmark(setup, prompts, methods, args.repeats, sizes, progress)
+        results = run_benchmark(setup, prompts, methods, args.repeats, sizes, progress, continuous=args.continuous)
     finally:
         bar.close()
     print(markdown(results))  # first, so a failed write below loses no numbers

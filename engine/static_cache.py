@@ -174,7 +174,7 @@ class StaticKVCache(StaticCache):
         live = self._live()
         if not live:
             return
-        index = torch.tensor(rows, device=live[0].keys.device)
+        index = torch.tensor(rows, dtype=torch.long, device=live[0].keys.device)
         for layer in live:
             for name in ("keys", "values"):
                 new = getattr(layer, name).index_select(0, index)  # [len(rows), H, slots, D]
@@ -182,6 +182,31 @@ class StaticKVCache(StaticCache):
                     torch._dynamo.mark_static_address(new)
                 setattr(layer, name, new)
             layer.batch_size = len(rows)
+
+    def write_rows(self, source: StaticKVCache, rows: list[int], source_rows: list[int]) -> None:
+        """Write row source_rows[i] of `source` (its first `source.length` entries) into row rows[i], adding rows
+        past the batch's end: engine/cache.py's write_rows. The length becomes the longer of the two."""
+        self.settle()
+        source.settle()
+        length = source.length
+        self.reserve(max(length - self.length, 0))
+        live, sources = self._live(), source._live()
+        more = max(rows, default=-1) + 1 - (live[0].keys.shape[0] if live else 0)
+        for layer in live if more > 0 else ():
+            for name in ("keys", "values"):
+                old = getattr(layer, name)  # [B, H, slots, D]
+                new = torch.cat([old, old.new_zeros(more, *old.shape[1:])])
+                if self.pinned:
+                    torch._dynamo.mark_static_address(new)
+                setattr(layer, name, new)
+            layer.batch_size = new.shape[0]
+        if rows and live:
+            r = torch.tensor(rows, device=live[0].keys.device)
+            s = torch.tensor(source_rows, device=live[0].keys.device)
+            for layer, src in zip(live, sources):
+                for name in ("keys", "values"):  # [B, H, slots, D]
+                    getattr(layer, name)[r, :, :length] = getattr(src, name)[s, :, :length]
+        self.set_length(max(self.length, length))
 
     def gather_rows(self, index: torch.Tensor) -> None:
         """Row b keeps entries index[b] (ascending; pad entries point anywhere and stay masked). index: [B, L]."""

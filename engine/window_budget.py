@@ -146,6 +146,7 @@ class WindowBudget(FullBudget):
         draft_s: float,
         verify_s: float,
         paths: list[list[int]] | None = None,
+        timed: bool = True,
     ) -> None:
         self.steps += 1
         window = any(d.side_tokens for d in drafts)
@@ -153,7 +154,7 @@ class WindowBudget(FullBudget):
             self._count(1 + sum(accepted) / max(len(accepted), 1))
         for got in self.guessed():  # what the pool guessed right at plain steps (hindsight)
             self._count(1 + got)
-        if window == self.last_window:  # steady: the previous step ran the same graph
+        if timed and window == self.last_window:  # steady: the previous step ran the same graph
             times = self.window_times if window else self.plain_times
             times.append(draft_s + verify_s)
             del times[:-KEEP]

@@ -66,6 +66,51 @@ def test_rows_stop_at_their_own_eos(setup):
         assert tokens == expected
 
 
+@pytest.mark.parametrize("join", [1, None])
+@pytest.mark.parametrize("method", ["ar", "vanilla", "medusa", "eagle", "lookahead"])
+def test_rows_that_finish_take_waiting_prompts_losslessly(setup, method, join):
+    """Continuous batching: eight prompts through three rows, rows ending at their own EOS or budget; finished rows
+    take the next waiting prompts (prefilled apart, added to the batch's caches) as soon as one row is free (join
+    1) or two (the default, half the batch), and every prompt's tokens equal its own plain greedy decoding. Without
+    the refill the later prompts are never decoded."""
+    target, make, refs = setup
+    eos = refs[tuple(PROMPTS[1])][4]  # prompt 1 stops after 5 tokens; others run to the budget unless they meet it
+    decoder = BatchDecoder(target, make[method], max_new_tokens=NEW, eos_token_ids=eos)
+    decoder.join_rows = join
+    res = decoder.generate(PROMPTS, rows=3)
+    assert len(res.tokens) == len(PROMPTS)
+    for prompt, tokens in zip(PROMPTS, res.tokens):
+        ref = refs[tuple(prompt)]
+        assert tokens == (ref[: ref.index(eos) + 1] if eos in ref else ref), (method, prompt)
+    assert res.prefills > 1  # waiting prompts joined as rows finished
+    if join is None:  # five waiting prompts join two at a time (the last one alone): three prefills at most
+        assert res.prefills <= 1 + 3
+
+
+def test_continuous_rows_stream_each_prompts_events_once(setup):
+    """Events are keyed by prompt: each prompt's prefill once, then its verification steps in order."""
+    target, make, _ = setup
+    seen: dict[int, list[int]] = {}
+    result = None
+    for item in BatchDecoder(target, make["vanilla"], max_new_tokens=NEW).stream(PROMPTS[:5], rows=2):
+        if isinstance(item, BatchResult):
+            result = item
+        else:
+            prompt, event = item
+            seen.setdefault(prompt, []).append(event.step)
+    assert result is not None and sorted(seen) == list(range(5))
+    for prompt, events in seen.items():
+        assert events == list(range(result.steps[prompt] + 1)), prompt  # step 0 is the prefill
+
+
+def test_a_batch_needs_a_row(setup):
+    from engine.errors import GlanceError
+
+    target, make, _ = setup
+    with pytest.raises(GlanceError, match="at least one row"):
+        BatchDecoder(target, None, max_new_tokens=NEW).generate(PROMPTS[:2], rows=0)
+
+
 def test_batched_plain_decoding_is_one_forward_per_token(setup):
     target, _, _ = setup
     res = BatchDecoder(target, None, max_new_tokens=NEW).generate([PROMPTS[0], PROMPTS[2]])
@@ -97,8 +142,9 @@ def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
         assert stats[b].tokens == single.token_ids and stats[b].tau == pytest.approx(single.mean_accepted_length)
 
 
-def batched_and_alone(target, make, prompts, model):
-    """Each row's drafts (tokens, parents, meta) and the calls of `model`, drafting batched and row by row."""
+def batched_and_alone(target, make, prompts, model, rows=None):
+    """Each prompt's drafts (tokens, parents, meta) and the calls of `model`, drafting batched and row by row,
+    `rows` prompts at a time."""
     from engine.drafters.base import RowByRow
 
     calls = []
@@ -106,7 +152,7 @@ def batched_and_alone(target, make, prompts, model):
 
     def drafts_of():
         out = {}
-        for item in BatchDecoder(target, make, max_new_tokens=NEW).stream(prompts):
+        for item in BatchDecoder(target, make, max_new_tokens=NEW).stream(prompts, rows):
             if isinstance(item, BatchResult):
                 break
             row, ev = item
@@ -143,6 +189,10 @@ def test_batched_drafting_drafts_what_each_row_would_alone(setup, method):
     batched, alone, batched_calls, alone_calls = batched_and_alone(target, make[method], PROMPTS[:5], model)
     assert batched == alone
     assert batched_calls * 2 < alone_calls, (batched_calls, alone_calls)  # five rows: at least halved
+    # two rows for the five prompts: a row that takes a waiting prompt drafts as a fresh row (its drafter's
+    # columns in the batched cache forgotten), the prompt's drafts equal to its drafts alone
+    batched, alone, _, _ = batched_and_alone(target, make[method], PROMPTS[:5], model, rows=2)
+    assert batched == alone
 
 
 def test_batched_vanilla_leaves_out_what_each_row_would_alone(setup):
@@ -171,6 +221,29 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
+
+
+class TimedSteps(FullBudget):
+    """Full drafts, keeping whether each step was timed and which rows drafted in it."""
+
+    def reset(self, memory=None) -> None:
+        super().reset(memory)
+        self.timed = []
+
+    def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None, timed=True) -> None:
+        self.timed.append(timed)
+
+
+@pytest.mark.parametrize("method", ["vanilla", "eagle"])
+def test_a_step_where_a_joining_row_reads_its_prompt_is_not_timed(setup, method):
+    """A row that took a waiting prompt feeds its drafter the whole prompt at its first draft: that step's seconds
+    price no depth, so the budget is told not to time it (as a run's first draft). Every other step is timed."""
+    target, make, _ = setup
+    budget = TimedSteps()
+    res = BatchDecoder(target, make[method], max_new_tokens=6, budget=budget).generate(PROMPTS[:4], rows=2)
+    assert res.prefills > 1  # prompts 2 and 3 joined as rows finished
+    # one untimed step per refill: the rows a refill brought draft (in full) at their first step together
+    assert budget.timed.count(False) == res.prefills - 1 and budget.timed[0] is True
 
 
 class NarrowCaps(FullBudget):

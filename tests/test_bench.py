@@ -137,7 +137,12 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
         assert set(pred["predicted_speedup"]) == {1, 3} and all(v > 0 for v in pred["predicted_speedup"].values())
     text = markdown(results)
     assert "Speedup = tokens per step / (draft + verify time)" in text and "crossover" in text
+    assert results["settings"]["batching"] == "static" and "Static batches" in text
     assert {p.name for p in write(results, tmp_path)} >= {"batch_sweep.png", "results.json"}
+    continuous = run_benchmark(setup, PROMPTS * 2, ["ar", "lookahead"], batch_sizes=[2], continuous=True)
+    assert continuous["settings"]["batching"] == "continuous" and "Rows decode continuously" in markdown(continuous)
+    cells = continuous["sweep"]["rows"][2].values()
+    assert all(r["matched_rows"] == r["rows"] == 2 * len(PROMPTS) for r in cells)  # float32: exact
 
 
 def test_sweep_prediction_finds_the_crossover():

@@ -150,6 +150,16 @@ def test_the_first_drafted_step_of_a_run_is_not_timed():
     assert budget.recent == {4: [0.010], 0: [0.006]} and budget.reached[0] == 2
 
 
+def test_a_step_not_timed_counts_acceptance_and_no_seconds():
+    """A batch step where a row that joined mid-run read its prompt (engine/batch.py) is not timed: its acceptance
+    counts, its seconds price no depth."""
+    budget = CostAwareBudget(fade=1.0)
+    budget.observe(None, chain(4), 2, 0.030, 0.008)  # the run's first draft: untimed anyway
+    budget.observe_rows(None, [chain(4)], [3], 0.002, 0.008)
+    budget.observe_rows(None, [chain(4), chain(4)], [1, 4], 0.040, 0.009, timed=False)
+    assert budget.recent == {4: [0.010]} and budget.draft_recent == {4: [0.002]} and budget.reached[0] == 4
+
+
 def test_expected_tokens_chain_conditional_acceptance():
     """Half the drafts are accepted whole, half not at all: every depth is reached half the time, so a cap of 4
     expects 1 + 4 x 1/2 = 3 tokens. (Multiplying the unconditional rates of each depth gave 1.94: deep caps looked

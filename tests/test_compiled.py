@@ -85,6 +85,9 @@ def test_the_static_cache_decodes_every_method_exactly(static_eager):
     for method in ("ar", "vanilla", "eagle", "lookahead"):  # per-row gathers of the target's and the draft's caches
         res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS)
         assert res.tokens == refs, method
+        # two rows for every prompt: finished rows take waiting prompts, written into the static cache's rows
+        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS, rows=2)
+        assert res.tokens == refs and res.prefills > 1, method
 
 
 def test_the_static_cache_grows_past_its_capacity_and_keeps_its_entries():

@@ -125,9 +125,19 @@ def _cell(sweep: dict, b) -> dict:
     return sweep["rows"][b] if b in sweep["rows"] else sweep["rows"][str(b)]
 
 
+BATCHING = {
+    True: "Rows decode continuously, as a server batches: once half the rows have ended, waiting prompts take them, "
+    "so the batch stays nearly full until the queue runs dry.",
+    False: "Static batches: each batch decodes until its slowest row ends, and rows that ended sit idle meanwhile "
+    "(speculative rows end at different steps, plain rows of one length together; `--continuous`: finished rows "
+    "take waiting prompts).",
+}
+
+
 def sweep_table(sweep: dict) -> str:
     methods = sweep["methods"]
-    head = "| batch | " + " | ".join(f"{LABELS.get(m, m)} tok/s (speedup, τ)" for m in methods) + " |\n"
+    head = BATCHING[bool(sweep.get("continuous"))] + "\n\n"
+    head += "| batch | " + " | ".join(f"{LABELS.get(m, m)} tok/s (speedup, τ)" for m in methods) + " |\n"
     head += "|---" * (len(methods) + 1) + "|\n"
     rows = []
     for b in sweep["batch_sizes"]:

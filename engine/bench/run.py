@@ -19,8 +19,10 @@ def run_benchmark(
     batch_sizes: list[int] | None = None,
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
+    continuous: bool = False,
 ) -> dict:
-    """With batch_sizes: the sweep only; otherwise the suite, its reference rows (hf_* methods) and the cost model."""
+    """With batch_sizes: the sweep only (`continuous`: see run_sweep); otherwise the suite, its reference rows
+    (hf_* methods) and the cost model."""
     target = setup.target
     results: dict = {
         "environment": environment(target, str(target.device), str(target.dtype).removeprefix("torch.")),
@@ -36,11 +38,12 @@ def run_benchmark(
             "drafters": setup.options.flat(),
             "draft_budget": setup.draft_budget or ("full" if batch_sizes else "auto"),
             "batch_sizes": batch_sizes,
+            "batching": ("continuous" if continuous else "static") if batch_sizes else None,
             "compiled": {r.name: round(r.seconds, 1) if r.compiled else r.note for r in setup.compiled},
         },
     }
     if batch_sizes:
-        sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel)
+        sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel, continuous)
         sweep["break_even_batch"] = break_even(sweep)
         if progress:
             progress(0, 1, "cost grid: timing batched target forwards")

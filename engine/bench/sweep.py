@@ -32,12 +32,19 @@ def run_sweep(
     batch_sizes: list[int],
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
+    continuous: bool = False,
 ) -> dict:
     """{"batch_sizes": [...], "rows": {B: {method: {tokens_per_second, speedup, tau, matched_rows, rows}}}}.
 
-    Every batch size decodes the same max(len(prompts), max(batch_sizes)) prompts, B rows per batch, so the numbers
-    compare the same work. matched_rows counts rows equal to batched plain decoding's (all of them in float32; in
-    bfloat16 other batch shapes round differently and near-tied greedy choices can flip)."""
+    Every batch size decodes the same max(len(prompts), max(batch_sizes)) prompts, B rows at a time, so the numbers
+    compare the same work: static batches of B prompts by default, each decoded until its slowest row ends while
+    the rows that ended sit idle (speculative rows end at different steps, plain rows of one length together).
+    `continuous`: as servers batch, finished rows take waiting prompts (engine/batch.py: `join_rows`), each method
+    decoding the prompts in two calls (half each, methods interleaved, alternating order). On the bf16 EPYC at
+    B = 2 and 4 neither won: each join is an eager prefill forward of its own (about 10 ms of fixed cost, three
+    plain steps), against idle rows that cost little at these batch sizes (README). matched_rows counts rows equal
+    to batched plain decoding's (all of them in float32; in bfloat16 other batch shapes round differently and
+    near-tied greedy choices can flip)."""
     if not batch_sizes or min(batch_sizes) < 1:
         raise GlanceError("batch sizes must be positive integers, e.g. --batch-sizes 1,2,4,8")
     methods = ["ar"] + [m for m in methods if m != "ar" and not m.startswith("hf_")]
@@ -81,21 +88,23 @@ def run_sweep(
     size = max(len(encoded), max(batch_sizes))  # every batch size decodes the same prompts, B at a time
     pool = [encoded[i % len(encoded)] for i in range(size)]
     for b in batch_sizes:
-        chunks = [pool[i : i + b] for i in range(0, size, b)]
+        step = max(b, -(-size // 2)) if continuous else b  # prompts per call: half of them, or one static batch
+        chunks = [pool[i : i + step] for i in range(0, size, step)]
         acc = {m: {"tokens": 0, "wall": 0.0, "steps": 0, "emitted": 0, "forwards": 0, "out": [], "draft": 0.0,
-                   "verify": 0.0, "width": 0, "batched": False} for m in methods}  # fmt: skip
+                   "verify": 0.0, "width": 0, "batched": False, "prefills": 0} for m in methods}  # fmt: skip
         for c, chunk in enumerate(chunks):  # methods interleaved per chunk, alternating order: drift hits all alike
             for m in methods if c % 2 == 0 else methods[::-1]:
                 if cancel and cancel():
                     raise GlanceError("the sweep was cancelled")
                 dec = decoder(m)
-                res = dec.generate(chunk)
+                res = dec.generate(chunk, rows=b)
                 a = acc[m]
                 a["tokens"] += res.new_tokens
                 a["wall"] += res.wall_seconds
                 a["steps"] += sum(res.steps)
                 a["emitted"] += res.new_tokens - len(chunk)
                 a["forwards"] += res.forwards
+                a["prefills"] += res.prefills
                 a["out"] += res.tokens
                 a["draft"] += res.draft_seconds
                 a["verify"] += res.verify_seconds
@@ -104,7 +113,7 @@ def run_sweep(
         rows[b] = {}
         for m in methods:
             a = acc[m]
-            batched_steps = max(a["forwards"] - len(chunks), 1)  # verification forwards (one prefill per chunk)
+            batched_steps = max(a["forwards"] - a["prefills"], 1)  # verification forwards
             rows[b][m] = {
                 "tokens_per_second": round(a["tokens"] / a["wall"], 2) if a["wall"] else 0.0,
                 "tau": round(a["emitted"] / a["steps"], 3) if a["steps"] else 0.0,
@@ -127,7 +136,7 @@ def run_sweep(
             # the parts, in plain steps at this batch size: speedup ~ tau / (draft + verify)
             r["draft_steps"] = round(r["draft_ms_per_step"] / plain_step, 3) if plain_step else None
             r["verify_steps"] = round(r["verify_ms_per_step"] / plain_step, 3) if plain_step else None
-    return {"batch_sizes": list(batch_sizes), "methods": methods, "rows": rows}
+    return {"batch_sizes": list(batch_sizes), "methods": methods, "rows": rows, "continuous": continuous}
 
 
 def break_even(sweep: dict) -> dict[str, int | None]:

@@ -50,6 +50,10 @@ class RowByRow:
     def __init__(self, drafters: list[Drafter]) -> None:
         self.drafters = drafters
 
+    def replace(self, row: int, drafter: Drafter) -> None:
+        """Row `row` decodes a new prompt with `drafter` (a batch that decodes continuously, engine/batch.py)."""
+        self.drafters[row] = drafter
+
     def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
         return [d.propose(s, m) if a else Draft() for d, s, m, a in zip(self.drafters, states, max_tokens, active)]
 

@@ -32,6 +32,12 @@ class BatchedTrees:
         self.cache = self.head.new_cache()
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's committed pairs
 
+    def replace(self, row: int, drafter) -> None:
+        """Row `row` decodes a new prompt with `drafter`: its columns are forgotten (packed away before the next
+        draft), so the new prompt's pairs are fed as a fresh row's are."""
+        self.rows[row] = drafter
+        self.cols[row] = []
+
     def _forward(
         self, feeds: dict[int, tuple[list[int], torch.Tensor, list[int], list[int], list[list[int]]]], readout=True
     ) -> dict:

@@ -209,6 +209,10 @@ class BatchedHeads:
     def __init__(self, drafters: list[MedusaDrafter]) -> None:
         self.rows = drafters
 
+    def replace(self, row: int, drafter: MedusaDrafter) -> None:
+        """Row `row` decodes a new prompt with `drafter` (nothing else is kept per row)."""
+        self.rows[row] = drafter
+
     @torch.no_grad()
     def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
         drafts = [Draft() for _ in self.rows]

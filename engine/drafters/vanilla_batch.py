@@ -32,6 +32,12 @@ class BatchedChains:
         self.cache = self.forward.new_cache(max(d.positions for d in drafters) + drafters[0].max_gamma)
         self.cols: list[list[int]] = [[] for _ in drafters]  # cache columns of row b's seen tokens, in order
 
+    def replace(self, row: int, drafter) -> None:
+        """Row `row` decodes a new prompt with `drafter`: its columns are forgotten (packed away before the next
+        draft), so the new prompt is fed from its start as a fresh row's is."""
+        self.rows[row] = drafter
+        self.cols[row] = []
+
     def _forward(self, feeds: list[list[int]], greedy: bool) -> tuple[torch.Tensor, list[int] | None]:
         """Feed row b the tokens `feeds[b]` after its seen ones; the logits [B, V] after each row's last fed token
         (meaningless for a row fed nothing)."""
