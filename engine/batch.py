@@ -225,19 +225,18 @@ class BatchDecoder:
         cached = [len(p) for p in prompts[:B]]  # row b's cache length: every committed token but the pending one
         live = list(range(B))  # the rows in the target's batch, in order (finished rows leave it)
         drafting = type(drafters[0]).batch_drafting(drafters)  # row by row, or one model call per depth for all
-
         fresh: set[int] = set()  # rows that took a waiting prompt and have not drafted for it yet
-
         join = self.join_rows or -(-B // 2)
 
         def refill() -> Iterator[tuple[int, StepEvent]]:
             """Waiting prompts take the rows that finished, once `join` of them are free (or every row is, or the
-            queue's last prompts can go): their prefill events."""
+            queue's last prompts can go): their prefill events. Rows that finished leave the batch (`live`)."""
             nonlocal prefills, prefill_s, live
             while waiting:
+                live = self._drop_finished(cache, live, active, cached)  # a joined prompt may end at its first token
                 freed = [b for b in range(B) if not active[b]][: len(waiting)]  # none of them in the batch now
                 if not freed or (live and len(freed) < min(join, len(waiting))):
-                    return
+                    break
                 t = time.perf_counter()
                 taken = [waiting.pop(0) for _ in freed]
                 own = self.forward.new_cache(longest + extra)  # the joining prompts' own cache, then the batch's rows
@@ -262,8 +261,8 @@ class BatchDecoder:
                 prefill_s += seconds
                 for q in taken:
                     yield q, prefill_event(run_ids[q], self.variant, new[q][0], seconds)
+            live = self._drop_finished(cache, live, active, cached)
 
-        live = self._drop_finished(cache, live, active, cached)
         yield from refill()
         steps = [0] * N
         forwards = 0  # verification forwards

@@ -87,6 +87,15 @@ def test_rows_that_finish_take_waiting_prompts_losslessly(setup, method, join):
         assert res.prefills <= 1 + 3
 
 
+@pytest.mark.parametrize("method", ["ar", "eagle"])
+def test_prompts_that_end_at_their_first_token_let_the_queue_through(setup, method):
+    """One new token a prompt: every row ends at its prefill, joined rows too, and the queue still drains (a joined
+    row that ended at once must leave the batch, not decode on)."""
+    target, make, refs = setup
+    res = BatchDecoder(target, make[method], max_new_tokens=1).generate(PROMPTS, rows=3)
+    assert res.tokens == [refs[tuple(p)][:1] for p in PROMPTS] and res.forwards == res.prefills
+
+
 def test_continuous_rows_stream_each_prompts_events_once(setup):
     """Events are keyed by prompt: each prompt's prefill once, then its verification steps in order."""
     target, make, _ = setup
