@@ -159,10 +159,10 @@ def write_rows(cache, source, rows: list[int], source_rows: list[int]) -> None:
     in a cache of their own and adds them to its rows. The cache grows to the source's length where that is longer;
     each row's entries past its own length are stale and masked, as after any compaction. Both caches are of one
     kind (the same forward's)."""
-    length = cache_length(source)
     if hasattr(cache, "write_rows"):
         cache.write_rows(source, rows, source_rows)
         return
+    length = cache_length(source)
     _editable_layers(cache)  # checks the kind of every layer
     layers = [layer for layer in cache.layers if layer.is_initialized and layer.keys is not None]  # even 0 rows
     sources = _editable_layers(source)
