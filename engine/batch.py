@@ -207,22 +207,28 @@ class BatchDecoder:
 
         waiting = list(range(B, N))  # prompts not started yet, in order
         slot = list(range(B))  # slot[b]: the prompt row b decodes
+        states: list[DecodeState | None] = [None] * B
+        new: list[list[int]] = [[] for _ in range(N)]
+        active = [False] * B
+        cached = [0] * B  # row b's cache length: every committed token but the pending one
+
+        def start(b: int, q: int, out, j: int, lasts: list[int]) -> None:
+            """Row b starts prompt q from row j of a prefill's output: its first token, state and drafter."""
+            p = prompts[q]
+            first = first_token(out.logits[j, lasts.index(len(p) - 1)].float(), self.sampling, gens[q])
+            state = DecodeState(list(p) + [first], len(p), self.sampling, gens[q], _row_view(out, j, len(p)))
+            drafters[b].begin(state)
+            slot[b], states[b], cached[b], new[q] = q, state, len(p), [first]
+            active[b] = cut([first], self.max_new_tokens, self.eos)[1] is None
+
         out, lasts = self._prefill(prompts[:B], cache, hidden)
         prefills = 1
-        states, new, active = [], [[] for _ in range(N)], []
         for b in range(B):
-            p = prompts[b]
-            first = first_token(out.logits[b, lasts.index(len(p) - 1)].float(), self.sampling, gens[b])
-            state = DecodeState(list(p) + [first], len(p), self.sampling, gens[b], _row_view(out, b, len(p)))
-            drafters[b].begin(state)
-            states.append(state)
-            new[b] = [first]
-            active.append(cut([first], self.max_new_tokens, self.eos)[1] is None)
+            start(b, b, out, b, lasts)
         sync(self.device)
         prefill_s = time.perf_counter() - t0
         for b in range(B):
             yield b, prefill_event(run_ids[b], self.variant, new[b][0], prefill_s)
-        cached = [len(p) for p in prompts[:B]]  # row b's cache length: every committed token but the pending one
         live = list(range(B))  # the rows in the target's batch, in order (finished rows leave it)
         drafting = type(drafters[0]).batch_drafting(drafters)  # row by row, or one model call per depth for all
         fresh: set[int] = set()  # rows that took a waiting prompt and have not drafted for it yet
@@ -247,15 +253,10 @@ class BatchDecoder:
                 live = live + freed  # their cache rows follow the others'
                 prefills += 1
                 for j, (b, q) in enumerate(zip(freed, taken)):
-                    p = prompts[q]
-                    first = first_token(out.logits[j, lasts.index(len(p) - 1)].float(), self.sampling, gens[q])
-                    state = DecodeState(list(p) + [first], len(p), self.sampling, gens[q], _row_view(out, j, len(p)))
                     drafters[b] = new_drafter()
-                    drafters[b].begin(state)
                     drafting.replace(b, drafters[b])
-                    slot[b], states[b], cached[b], new[q] = q, state, len(p), [first]
+                    start(b, q, out, j, lasts)
                     fresh.add(b)
-                    active[b] = cut([first], self.max_new_tokens, self.eos)[1] is None
                 sync(self.device)
                 seconds = time.perf_counter() - t
                 prefill_s += seconds
