@@ -50,6 +50,21 @@ class BenchmarkTab(QWidget):
         self.max_new.setRange(1, 4096)
         self.max_new.setValue(48)
         self.batch_sizes = QLineEdit("1,2,4,8")
+        self.batching = QComboBox()
+        self.batching.addItem("static", "static")
+        self.batching.addItem("continuous", "continuous")
+        self.batching.setToolTip(
+            "static: each batch of prompts runs until its slowest row ends, finished rows idle\n"
+            "continuous: finished rows take the next waiting prompts, as servers batch"
+        )
+        self.budget = QComboBox()
+        self.budget.addItem("default", None)
+        self.budget.addItem("cost-aware", "auto")
+        self.budget.addItem("full", "full")
+        self.budget.setToolTip(
+            "how much each step drafts (default: cost-aware for the suite, full drafts for the sweep,\n"
+            "so the sweep shows where batching kills the win undamped)"
+        )
         self.temperature = QDoubleSpinBox()
         self.temperature.setRange(0.0, 5.0)
         self.temperature.setSingleStep(0.1)
@@ -77,13 +92,13 @@ class BenchmarkTab(QWidget):
         rows = [
             [("run", self.mode), ("prompts", self.prompts), ("repeats", self.repeats)],
             [("max new", self.max_new), ("temperature", self.temperature), ("seed", self.seed)],
-            [("batch sizes", self.batch_sizes)],
+            [("batch sizes", self.batch_sizes), ("batching", self.batching), ("draft size", self.budget)],
         ]
         for r, row in enumerate(rows):
             for c, (label, widget) in enumerate(row):
                 controls.addWidget(QLabel(label), r, 2 * c)
                 controls.addWidget(widget, r, 2 * c + 1)
-        controls.addWidget(self.references, 2, 2, 1, 4)
+        controls.addWidget(self.references, 3, 0, 1, 4)
         controls.addWidget(self.run, 0, 7)
         controls.addWidget(self.export, 1, 7)
         self.mode.setMinimumContentsLength(6)
@@ -113,6 +128,14 @@ class BenchmarkTab(QWidget):
             raise GlanceError("give at least one positive batch size, e.g. 1,2,4,8")
         return sizes
 
+    def continuous(self) -> bool:
+        """Whether the sweep batches continuously (finished rows take waiting prompts)."""
+        return self.batching.currentData() == "continuous"
+
+    def draft_budget(self) -> str | None:
+        """The draft budget: "auto", "full", or None for the default (auto for the suite, full for the sweep)."""
+        return self.budget.currentData()
+
     def methods(self, available: list[str], has_draft: bool) -> list[str]:
         refs = [r for r in REFERENCES if r != "hf_assisted" or has_draft] if self.references.isChecked() else []
         return available + (refs if self.mode.currentText() == "prompt suite" else [])
@@ -141,6 +164,7 @@ class BenchmarkTab(QWidget):
             sw = results["sweep"]
             self.mode.setCurrentText("batch sweep")  # the controls show what produced the results
             self.batch_sizes.setText(",".join(str(b) for b in sw["batch_sizes"]))
+            self.batching.setCurrentIndex(1 if sw.get("continuous") else 0)
             self.plot.getAxis("left").setTicks(None)
             self.plot.setLogMode(x=True, y=False)  # batch sizes double: equal steps on the axis
             self.plot.getAxis("bottom").setTicks([[(math.log10(b), str(b)) for b in sw["batch_sizes"]]])

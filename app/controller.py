@@ -145,19 +145,24 @@ class Controller(QObject):
         options: DrafterOptions,
         sampling: SamplingConfig,
         chat: bool = False,
+        draft_budget: str | None = None,
+        continuous: bool = False,
     ) -> None:
-        """The benchmark suite (or, with batch sizes, the sweep) on the loaded session, as a job."""
+        """The benchmark suite (or, with batch sizes, the sweep) on the loaded session, as a job. draft_budget: "auto",
+        "full" or None (the benchmark's default); continuous: the sweep's finished rows take waiting prompts."""
         from engine.bench.run import run_benchmark
         from engine.bench.suite import BenchSetup
 
         session = self.session
         if session is None:
             raise GlanceError("no model is loaded: press Load first")
-        setup = BenchSetup(session.target, session.parts, options, sampling, max_new_tokens, chat=chat)
+        setup = BenchSetup(
+            session.target, session.parts, options, sampling, max_new_tokens, chat=chat, draft_budget=draft_budget
+        )
 
         def job(worker: EngineWorker) -> dict:
             return run_benchmark(
-                setup, prompts, methods, repeats, batch_sizes, worker.progress.emit, worker.cancel.is_set
+                setup, prompts, methods, repeats, batch_sizes, worker.progress.emit, worker.cancel.is_set, continuous
             )
 
         self._start("benchmark", job)

@@ -329,7 +329,16 @@ class MainWindow(QMainWindow):
         b = self.bench
         chat = self.prompt_panel.chat_wanted()
         self.controller.benchmark(
-            prompts, methods, b.repeats.value(), sizes, b.max_new.value(), options, sampling, chat
+            prompts,
+            methods,
+            b.repeats.value(),
+            sizes,
+            b.max_new.value(),
+            options,
+            sampling,
+            chat,
+            draft_budget=b.draft_budget(),
+            continuous=b.continuous(),
         )
         self.clear_error()
         self.bench.set_running(True)

@@ -395,11 +395,16 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     win, tab = tiny_window, tiny_window.bench
     tab.mode.setCurrentText("batch sweep")
     tab.batch_sizes.setText("1,2")
-    tab.prompts.setValue(2)
+    tab.prompts.setValue(2)  # at batch size 1 the second prompt joins the running batch
     tab.max_new.setValue(8)
+    tab.batching.setCurrentIndex(tab.batching.findData("continuous"))
+    tab.budget.setCurrentIndex(tab.budget.findData("auto"))
     tab.run.click()
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     assert not win.banner.isVisible(), win.banner.text()
+    settings = tab.results["settings"]
+    assert settings["batching"] == "continuous" and settings["draft_budget"] == "auto"
+    assert "waiting prompts take them" in tab.table.toPlainText()
     sweep = tab.results["sweep"]
     assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead"}
     assert "batch" in tab.table.toPlainText() and "tok/s (speedup, τ)" in tab.table.toPlainText()
@@ -411,10 +416,11 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     assert {"results.json", "results.md", "batch_sweep.png"} <= names
 
     tab.mode.setCurrentText("prompt suite")
+    tab.budget.setCurrentIndex(tab.budget.findData(None))  # the suite's default: cost-aware
     win.gen_panel.temperature.setValue(0.9)  # the race panel's temperature is not the benchmark's
     tab.run.click()
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
-    assert tab.results["settings"]["temperature"] == 0.0
+    assert tab.results["settings"]["temperature"] == 0.0 and tab.results["settings"]["draft_budget"] == "auto"
     methods = tab.results["suite"]["methods"]
     assert {"ar", "vanilla", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
     assert all(m["lossless"] for m in methods.values())

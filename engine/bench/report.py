@@ -129,8 +129,8 @@ BATCHING = {
     True: "Rows decode continuously, as a server batches: once half the rows have ended, waiting prompts take them, "
     "so the batch stays nearly full until the queue runs dry.",
     False: "Static batches: each batch decodes until its slowest row ends, and rows that ended sit idle meanwhile "
-    "(speculative rows end at different steps, plain rows of one length together; `--continuous`: finished rows "
-    "take waiting prompts).",
+    "(speculative rows end at different steps, plain rows of one length together; `--continuous`, or batching "
+    '"continuous" in the app: finished rows take waiting prompts).',
 }
 
 
