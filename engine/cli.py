@@ -176,7 +176,21 @@ def build_parser() -> argparse.ArgumentParser:
     eg.add_argument("--target", required=True, help="target model folder or hub id")
     eg.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
     eg.add_argument("--steps", type=int, default=500)
+    eg.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=2048,
+        help="candidates read from the most frequent training tokens only (0: the whole vocabulary)",
+    )
     eg.add_argument("--out", required=True)
+    dv = tsub.add_parser(
+        "draft-vocab", help="give an EAGLE head a draft vocabulary (its read-out then costs a fraction of the LM head)"
+    )
+    dv.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
+    dv.add_argument("--head", required=True, help="the EAGLE head folder to write draft_vocab.safetensors into")
+    dv.add_argument("--size", type=int, default=2048, help="how many of the most frequent training tokens")
+    dv.add_argument("--data", default=None, help="the head's training text: file or folder (default: the stdlib)")
+    dv.add_argument("--like", default=None, help="take the vocabulary of this head folder instead (EAGLE-3's d2t)")
     e3 = tsub.add_parser(
         "eagle3", help="train an EAGLE-3 head (fused features, reduced vocabulary, training-time test)"
     )
@@ -483,9 +497,15 @@ def cmd_train(args) -> int:
     if args.what == "eagle":
         from engine.train.eagle import train_eagle
 
-        if args.steps < 1:
-            raise GlanceError("--steps must be positive")
-        print(json.dumps(train_eagle(args.target, Path(args.out), args.steps, args.data), indent=2))
+        if args.steps < 1 or args.draft_vocab < 0:
+            raise GlanceError("--steps must be positive, --draft-vocab non-negative")
+        report = train_eagle(args.target, Path(args.out), args.steps, args.data, draft_vocab=args.draft_vocab)
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.what == "draft-vocab":
+        from engine.train.draft_vocab import write_draft_vocab
+
+        print(json.dumps(write_draft_vocab(args.target, args.head, args.size, args.data, args.like), indent=2))
         return 0
     if args.what == "eagle3":
         from engine.train.eagle3 import train_eagle3

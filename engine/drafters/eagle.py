@@ -252,6 +252,8 @@ class EagleDrafter(Drafter):
         return BatchedTrees(drafters, GrowingTree)
 
     def settings(self) -> dict:
+        ids = getattr(self.head, "draft_ids", None)  # EAGLE's optional draft vocabulary (EAGLE-3 says its own)
+        vocab = {"draft_vocab": len(ids) if ids is not None else "full"}
         if self.dynamic:
             return {
                 "mode": "eagle-2",
@@ -260,8 +262,8 @@ class EagleDrafter(Drafter):
                 "total_tokens": self.total_tokens,
                 "levels": self.levels,
                 "draft_nodes": self.total,
-            }
-        return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth, "levels": self.levels}
+            } | vocab
+        return {"mode": "eagle-1", "tree_nodes": len(self.paths), "depth": self.depth, "levels": self.levels} | vocab
 
 
 class GrowingTree:

@@ -9,6 +9,12 @@ num_key_value_heads, rope_theta, rms_norm_eps, optional "bias") and `model.safet
 (loaded with weights_only=True): `fc.weight`, `fc.bias`, `layers.0.self_attn.{q,k,v,o}_proj.weight`,
 `layers.0.mlp.{gate,up,down}_proj.weight`, `layers.0.post_attention_layernorm.weight`, optional
 `embed_tokens.weight` (ignored: the target's embeddings are used).
+
+Optional `draft_vocab.safetensors` (Glance's, key `draft_ids`: sorted target ids): the head reads its candidates
+from those rows of the target's LM head only, the most frequent tokens of its training text (FR-Spec's frequency-
+ranked drafting, as EAGLE-3's own reduced vocabulary). The read-out is most of a drafting depth's arithmetic (the
+bundled head: 4.2M of the LM head's weights against 3.7M in its layer; SmolLM2's: 28M against 3.6M), and the
+draft stays a proposal that the target verifies, so output is unchanged. Without the file: the whole vocabulary.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from engine.heads.checkpoint import config_errors, read_tensors
 
 WEIGHTS_SAFE = "model.safetensors"
 WEIGHTS_BIN = "pytorch_model.bin"
+DRAFT_VOCAB = "draft_vocab.safetensors"
 
 
 def _llama_config(cfg: dict):
@@ -62,6 +69,8 @@ class EagleHead(nn.Module):
         self.rotary = LlamaRotaryEmbedding(self.llama_config)
         # the target, not a submodule: its frozen embeddings and LM head stay out of the head's state dict
         self.__dict__["target"] = target
+        self.readout: nn.Linear | None = None  # the LM head's draft-vocabulary rows (set_draft_vocab)
+        self.draft_ids: torch.Tensor | None = None  # [draft_vocab] sorted target ids, or None: the whole vocabulary
 
     @property
     def embed(self) -> nn.Module:
@@ -109,12 +118,36 @@ class EagleHead(nn.Module):
             position_embeddings=pos,
         )
 
+    def set_draft_vocab(self, ids: torch.Tensor | None) -> None:
+        """Draft over the target ids `ids` only (sorted, unique, inside the vocabulary), None: the whole vocabulary.
+        The read-out becomes a copy of those rows of the target's LM head, in the head's dtype and device."""
+        if ids is None:
+            self.readout, self.draft_ids = None, None
+            return
+        lm = self.lm_head.weight  # [V, H] (a packed LM head keeps it)
+        ids = check_draft_ids(ids, lm.shape[0])
+        readout = nn.Linear(lm.shape[1], len(ids), bias=False, device=lm.device, dtype=lm.dtype)
+        with torch.no_grad():
+            readout.weight.copy_(lm.detach()[ids.to(lm.device)])
+            if getattr(self.lm_head, "bias", None) is not None:
+                readout.bias = nn.Parameter(self.lm_head.bias.detach()[ids.to(lm.device)].clone())
+        p = next(self.fc.parameters())
+        self.readout = readout.to(device=p.device, dtype=p.dtype).requires_grad_(False)
+        self.draft_ids = ids.to(p.device)
+
+    def _apply(self, fn, recurse=True):  # .to() / .cuda(): the draft ids follow the head (not a buffer: not saved)
+        out = super()._apply(fn, recurse)
+        if self.draft_ids is not None:
+            self.draft_ids = self.draft_ids.to(next(self.fc.parameters()).device)
+        return out
+
     def logits(self, features: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(features)
+        """[..., V] over the target's vocabulary, or [..., draft_vocab] over the draft vocabulary."""
+        return self.lm_head(features) if self.readout is None else self.readout(features)
 
     def to_target(self, ids: torch.Tensor) -> torch.Tensor:
-        """The target ids of the head's output ids: the same vocabulary."""
-        return ids
+        """The target ids of the head's output ids (the same ids without a draft vocabulary)."""
+        return ids if self.draft_ids is None else self.draft_ids[ids]
 
     def feature_widths(self) -> tuple[int, ...]:
         """The widths of the features drafting feeds: the target's last hidden state, then the head's own."""
@@ -130,9 +163,44 @@ class EagleHead(nn.Module):
         state = {
             k: v.detach().to(torch.bfloat16).contiguous().cpu()
             for k, v in self.state_dict().items()
-            if not k.startswith("rotary.")
+            if not k.startswith(("rotary.", "readout."))  # the read-out is the target's, copied at load
         }
         save_file(state, str(folder / WEIGHTS_SAFE))
+        vocab_file = folder / DRAFT_VOCAB
+        if self.draft_ids is not None:
+            save_file({"draft_ids": self.draft_ids.long().cpu().contiguous()}, str(vocab_file))
+        elif vocab_file.exists():
+            vocab_file.unlink()  # a head saved without one must not pick up an older head's
+
+
+def check_draft_ids(ids: torch.Tensor, vocab: int, where: str = "the draft vocabulary") -> torch.Tensor:
+    """`ids` as sorted int64 target ids; GlanceError unless they are a non-empty 1-D set inside [0, vocab)."""
+    ids = torch.as_tensor(ids)
+    if ids.dim() != 1 or not len(ids) or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise GlanceError(f"{where} must be a non-empty list of token ids (got shape {tuple(ids.shape)}, {ids.dtype})")
+    ids = ids.long().sort().values
+    if int(ids[0]) < 0 or int(ids[-1]) >= vocab:
+        raise GlanceError(f"{where} holds token ids outside the target's {vocab} tokens: made for another model")
+    if len(ids) > 1 and bool((ids[1:] == ids[:-1]).any()):
+        raise GlanceError(f"{where} repeats token ids")
+    return ids
+
+
+def read_draft_vocab(folder: Path, vocab: int) -> torch.Tensor | None:
+    """The head folder's draft vocabulary (sorted target ids), None where it has none; safetensors only."""
+    path = Path(folder) / DRAFT_VOCAB
+    if not path.exists():
+        return None
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        ids = load_file(str(path)).get("draft_ids")
+    except (SafetensorError, OSError) as exc:
+        raise GlanceError(f"{path} is not a readable safetensors file ({exc})") from None
+    if ids is None:
+        raise GlanceError(f"{path} has no tensor draft_ids")
+    return check_draft_ids(ids, vocab, str(path))
 
 
 def read_state(folder: Path) -> dict:
@@ -172,4 +240,6 @@ def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     p = next(target.parameters())
-    return head.to(device=p.device, dtype=p.dtype).eval()
+    head = head.to(device=p.device, dtype=p.dtype).eval()
+    head.set_draft_vocab(read_draft_vocab(folder, target.get_output_embeddings().weight.shape[0]))
+    return head

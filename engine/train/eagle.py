@@ -60,7 +60,7 @@ def depth_accuracy(
         inp = feats[:, :-1]
         for d in range(depths):
             pred = head(batch[:, 1:], inp.to(feats.dtype), positions)  # [1, T-1, H]
-            guess = head.logits(pred).argmax(-1)  # predicts x_{i+2}
+            guess = head.to_target(head.logits(pred).argmax(-1))  # predicts x_{i+2} (a draft vocabulary's too)
             ok = guess[0, d:] == greedy[0, 1 + d :]
             hits[d] += int(ok.sum())
             count[d] += len(ok)
@@ -77,8 +77,13 @@ def train_eagle(
     seq_len: int = 256,
     lr: float = 1e-3,
     seed: int = 0,
+    draft_vocab: int = 2048,
 ) -> dict:
-    """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`."""
+    """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`, with a draft
+    vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary)."""
+    from engine.chat import stop_ids
+    from engine.train.eagle3 import coverage, frequent_tokens
+
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
@@ -94,6 +99,9 @@ def train_eagle(
     t0 = time.time()
     shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", clip=1.0)
     reg, cls = shown.get("reg", float("nan")), shown.get("cls", float("nan"))
+    vocab = target.get_output_embeddings().weight.shape[0]
+    ids = frequent_tokens(train, vocab, draft_vocab, stop_ids(target, loaded.tokenizer, True)) if draft_vocab else None
+    head.set_draft_vocab(ids)  # trained over the whole vocabulary; drafts over its most frequent tokens
     head.save(out)
     with training_autocast():
         accuracy = depth_accuracy(head, target, held)
@@ -105,6 +113,8 @@ def train_eagle(
         "final_classification_loss": cls,
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
+        "draft_vocab": len(ids) if ids is not None else None,
+        "heldout_vocab_coverage": coverage(held, ids, vocab) if ids is not None else None,
     }
     (out / "training.json").write_text(json.dumps(report, indent=2))
     return report

@@ -1,0 +1,68 @@
+"""An EAGLE head's draft vocabulary: the target ids it reads its candidates from (engine/heads/eagle.py,
+`draft_vocab.safetensors`). Counted from training text (the most frequent tokens plus the end-of-turn ones), or
+taken from another head trained on the same text (an EAGLE-3 head's `d2t`, another head's draft vocabulary)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from engine.errors import GlanceError
+from engine.heads.eagle import DRAFT_VOCAB, check_draft_ids, read_draft_vocab
+from engine.train.eagle3 import coverage, frequent_tokens
+
+
+def vocab_of_head(folder: str | Path, vocab: int) -> torch.Tensor:
+    """The draft vocabulary of a head folder: its draft_vocab.safetensors, or an EAGLE-3 head's d2t."""
+    folder = Path(folder)
+    ids = read_draft_vocab(folder, vocab)
+    if ids is not None:
+        return ids
+    path = folder / "model.safetensors"
+    if path.exists():
+        with safe_open(str(path), "pt") as f:
+            if "d2t" in f.keys():
+                d2t = f.get_tensor("d2t").long()
+                return check_draft_ids(torch.arange(len(d2t)) + d2t, vocab, f"{path}'s d2t")
+    raise GlanceError(f"{folder} has neither {DRAFT_VOCAB} nor an EAGLE-3 d2t to take a draft vocabulary from")
+
+
+def write_draft_vocab(
+    target_path: str, head: str, size: int = 2048, data: str | None = None, like: str | None = None
+) -> dict:
+    """Give the EAGLE head folder `head` a draft vocabulary: the `size` most frequent tokens of the training text
+    `data` (None: the stdlib, as `train eagle`) with the end-of-turn tokens, or `like`'s (another head folder).
+    Returns what it wrote: size, source and the held-out text's share of tokens inside it."""
+    from engine.chat import stop_ids
+    from engine.heads.eagle import load_eagle_head
+    from engine.train.heads import frozen_target, text_stream
+
+    if size < 1:
+        raise GlanceError("--size must be positive")
+    loaded = frozen_target(target_path)
+    target = loaded.model
+    vocab = target.get_output_embeddings().weight.shape[0]
+    head_model = load_eagle_head(head, target)  # checks the head fits the target before anything is written
+    if like is not None:
+        ids, source, held = vocab_of_head(like, vocab), f"the draft vocabulary of {like}", None
+    else:
+        train, held = text_stream(loaded.tokenizer, data)
+        ids = frequent_tokens(train, vocab, size, stop_ids(target, loaded.tokenizer, True))
+        source = f"the {len(ids)} most frequent tokens of {data or 'the stdlib'}"
+    head_model.set_draft_vocab(ids)
+    head_model.save(head)  # the weights as they were (bfloat16) and the vocabulary
+    report = {"draft_vocab": len(ids), "source": source}
+    if held is not None:
+        report["heldout_vocab_coverage"] = coverage(held, ids, vocab)
+    info = Path(head) / "training.json"
+    if info.exists():
+        try:
+            training = json.loads(info.read_text())
+            training["draft_vocab"] = report
+            info.write_text(json.dumps(training, indent=2))
+        except (OSError, json.JSONDecodeError):
+            pass  # the card stays as it was; the vocabulary is written
+    return report

@@ -1,0 +1,151 @@
+"""EAGLE's draft vocabulary: the head reads its candidates from some rows of the target's LM head only. Output stays
+the target's (greedy and sampled, one row and batched); the vocabulary saves, loads and is checked."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from scipy.stats import chisquare
+
+from engine.batch import BatchDecoder
+from engine.decoder import Decoder
+from engine.drafters.eagle import EagleDrafter
+from engine.errors import GlanceError
+from engine.heads.eagle import DRAFT_VOCAB, load_eagle_head
+from engine.heads.readout import top_candidates
+from engine.sampling import SamplingConfig
+from tests.conftest import tiny_model
+from tests.test_eagle import random_head, trained_head
+from tests.test_lossless import NEW, PROMPTS, reference
+from tests.test_sampling_exact import exact_second_token
+
+
+@pytest.fixture(scope="module")
+def target_and_head():
+    target = tiny_model("llama", sharpen=4.0)
+    return target, trained_head(target)
+
+
+def test_the_read_out_is_those_rows_of_the_lm_head(target_and_head):
+    target, head = target_and_head
+    ids = torch.tensor([7, 1, 30, 4, 12])  # unsorted: kept sorted
+    x = torch.randn(2, 3, target.config.hidden_size)
+    full = head.logits(x)
+    head.set_draft_vocab(ids)
+    try:
+        assert torch.equal(head.draft_ids, ids.sort().values)
+        assert torch.allclose(head.logits(x), full[..., ids.sort().values], atol=1e-5)
+        values, top = top_candidates(head, x, 3)
+        assert set(head.to_target(top).flatten().tolist()) <= set(ids.tolist())
+        assert EagleDrafter(head).settings()["draft_vocab"] == 5
+    finally:
+        head.set_draft_vocab(None)
+    assert torch.equal(head.logits(x), full) and EagleDrafter(head).settings()["draft_vocab"] == "full"
+
+
+@pytest.mark.parametrize("mode", [dict(dynamic=True), dict(dynamic=True, top_k=3, depth=3, total_tokens=8)])
+def test_greedy_is_lossless_over_a_draft_vocabulary(target_and_head, mode):
+    """Half the vocabulary, including tokens the target picks and missing others: drafts that cannot hold the
+    target's token are rejected, the rest accepted, output the target's, alone and batched."""
+    target, head = target_and_head
+    V = target.config.vocab_size
+    picked = {t for p in PROMPTS for t in reference(target, p)}
+    ids = torch.tensor(sorted(set(range(0, V, 2)) | set(sorted(picked)[::2])))
+    assert picked - set(ids.tolist()) and picked & set(ids.tolist())  # some of the target's tokens are outside
+    head.set_draft_vocab(ids)
+    try:
+        taus = []
+        for prompt in PROMPTS:
+            res = Decoder(target, EagleDrafter(head, **mode), max_new_tokens=NEW).generate(prompt)
+            assert res.tokens == reference(target, prompt)
+            taus.append(res.summary.mean_accepted_length)
+            assert all(set(e.draft_tokens) <= set(ids.tolist()) for e in res.events[1:])
+        assert max(taus) > 1.0  # drafts from the vocabulary were accepted
+        batch = BatchDecoder(target, lambda: EagleDrafter(head, **mode), max_new_tokens=NEW).generate(PROMPTS, rows=2)
+        assert [batch.tokens[i] for i in range(len(PROMPTS))] == [reference(target, p) for p in PROMPTS]
+    finally:
+        head.set_draft_vocab(None)
+
+
+def test_sampling_stays_exact_over_a_draft_vocabulary():
+    V = 12
+    prompt = [3, 7, 1]
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    head = random_head(target)
+    head.set_draft_vocab(torch.tensor([0, 2, 3, 5, 8, 11]))
+    drafter = EagleDrafter(head, top_k=3, depth=2, total_tokens=6)
+    counts = torch.zeros(V)
+    n = 1000
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=5).generate(prompt)
+        counts[res.tokens[1]] += 1
+        assert len(res.events[1].draft_tokens) >= 2
+    assert chisquare(counts.numpy(), exact_second_token(target, prompt).numpy() * n).pvalue > 1e-3
+
+
+def test_the_vocabulary_saves_loads_and_bad_files_are_refused(target_and_head, tmp_path):
+    target, head = target_and_head
+    ids = torch.tensor([1, 4, 9, 16])
+    head.set_draft_vocab(ids)
+    try:
+        head.save(tmp_path / "h")
+    finally:
+        head.set_draft_vocab(None)
+    loaded = load_eagle_head(tmp_path / "h", target)
+    assert torch.equal(loaded.draft_ids, ids)
+    assert "readout.weight" not in load_file(str(tmp_path / "h" / "model.safetensors"))  # the target's rows
+    loaded.set_draft_vocab(None)
+    loaded.save(tmp_path / "h")  # saved without one: no stale file left behind
+    assert not (tmp_path / "h" / DRAFT_VOCAB).exists() and load_eagle_head(tmp_path / "h", target).draft_ids is None
+
+    V = target.config.vocab_size
+    bad = [
+        ({"draft_ids": torch.tensor([0, V])}, "another model"),
+        ({"draft_ids": torch.tensor([3, 3, 5])}, "repeats"),
+        ({"draft_ids": torch.tensor([[1, 2]])}, "list of token ids"),
+        ({"ids": torch.tensor([1, 2])}, "no tensor draft_ids"),
+    ]
+    for tensors, message in bad:
+        save_file(tensors, str(tmp_path / "h" / DRAFT_VOCAB))
+        with pytest.raises(GlanceError, match=message):
+            load_eagle_head(tmp_path / "h", target)
+    (tmp_path / "h" / DRAFT_VOCAB).write_bytes(b"not safetensors")
+    with pytest.raises(GlanceError, match="not a readable safetensors"):
+        load_eagle_head(tmp_path / "h", target)
+
+
+def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
+    from engine.cli import main
+    from engine.train.eagle import train_eagle
+
+    data = tmp_path / "corpus"
+    data.mkdir()
+    for i in range(3):
+        (data / f"f{i}.py").write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n" * 100)
+    target = str(model_folders["target"])
+    report = train_eagle(target, tmp_path / "h", steps=1, data=str(data), batch_size=2, seq_len=32, draft_vocab=24)
+    assert report["draft_vocab"] == 24 and 0.5 < report["heldout_vocab_coverage"] <= 1.0
+    from engine.models import load_model
+
+    model = load_model(target).model
+    assert len(load_eagle_head(tmp_path / "h", model).draft_ids) == 24
+    assert (
+        main(
+            [
+                "train",
+                "draft-vocab",
+                "--target",
+                target,
+                "--head",
+                str(tmp_path / "h"),
+                "--data",
+                str(data),
+                "--size",
+                "10",
+            ]
+        )
+        == 0
+    )
+    assert len(load_eagle_head(tmp_path / "h", model).draft_ids) == 10
+    assert (
+        main(["train", "draft-vocab", "--target", target, "--head", str(tmp_path / "h"), "--like", str(tmp_path)]) == 2
+    )  # neither a vocabulary nor a d2t there: a clear error
