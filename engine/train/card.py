@@ -185,13 +185,26 @@ def _eagle_section(evaluation: dict) -> list[str]:
         f"{st.get('total_tokens')}), {acc['dtype']}, up to {acc['max_new_tokens']} new tokens on each of the "
         f"{acc['prompts']} held-out prompts: mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance "
         f"rate {acc['acceptance_rate']:.3f}, output identical to plain greedy on every prompt: "
-        f"{acc['outputs_identical_to_plain_greedy']}.",
+        f"{acc['outputs_identical_to_plain_greedy']}.{_draft_vocab_line(st, tr)}",
         "",
         "| category | tau |",
         "|---|---|",
         *[f"| {k} | {v:.2f} |" for k, v in acc["tau_by_category"].items()],
         "",
     ]
+
+
+def _draft_vocab_line(settings: dict, training: dict) -> str:
+    """What the EAGLE head drafted over in the measured run: its draft vocabulary (and where it came from)."""
+    size = settings.get("draft_vocab")
+    if not isinstance(size, int):
+        return ""
+    source = (training.get("draft_vocab") or {}).get("source")
+    return (
+        f" It drafts over a {size:,}-token draft vocabulary (`draft_vocab.safetensors`"
+        + (f": {source}" if source else "")
+        + "), read from those rows of the target's LM head."
+    )
 
 
 def _eagle3_section(evaluation: dict) -> list[str]:
