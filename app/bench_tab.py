@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QGridLayout,
+    QHBoxLayout,
     QLabel,
     QLineEdit,
     QProgressBar,
@@ -92,13 +93,22 @@ class BenchmarkTab(QWidget):
         rows = [
             [("run", self.mode), ("prompts", self.prompts), ("repeats", self.repeats)],
             [("max new", self.max_new), ("temperature", self.temperature), ("seed", self.seed)],
-            [("batch sizes", self.batch_sizes), ("batching", self.batching), ("draft size", self.budget)],
+            [("batch sizes", self.batch_sizes)],
         ]
         for r, row in enumerate(rows):
             for c, (label, widget) in enumerate(row):
                 controls.addWidget(QLabel(label), r, 2 * c)
                 controls.addWidget(widget, r, 2 * c + 1)
-        controls.addWidget(self.references, 3, 0, 1, 4)
+        # The sweep's and suite's switches in a row of their own beside the reference rows' box: in the grid's
+        # columns they widened the window past 1024 pixels.
+        switches = QHBoxLayout()
+        switches.addWidget(self.references)
+        for label, combo in (("batching", self.batching), ("draft size", self.budget)):
+            switches.addSpacing(12)
+            switches.addWidget(QLabel(label))
+            switches.addWidget(combo)
+        switches.addStretch(1)
+        controls.addLayout(switches, 3, 0, 1, 7)
         controls.addWidget(self.run, 0, 7)
         controls.addWidget(self.export, 1, 7)
         self.mode.setMinimumContentsLength(6)
