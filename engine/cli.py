@@ -184,10 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     eg.add_argument("--out", required=True)
     dv = tsub.add_parser(
-        "draft-vocab", help="give an EAGLE head a draft vocabulary (its read-out then costs a fraction of the LM head)"
+        "draft-vocab",
+        help="give EAGLE or Medusa heads a draft vocabulary (their read-out then costs a fraction of the LM head)",
     )
     dv.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
-    dv.add_argument("--head", required=True, help="the EAGLE head folder to write draft_vocab.safetensors into")
+    dv.add_argument(
+        "--head", required=True, help="the EAGLE or Medusa heads folder to write draft_vocab.safetensors in"
+    )
     dv.add_argument("--size", type=int, default=2048, help="how many of the most frequent training tokens")
     dv.add_argument("--data", default=None, help="the head's training text: file or folder (default: the stdlib)")
     dv.add_argument("--like", default=None, help="take the vocabulary of this head folder instead (EAGLE-3's d2t)")

@@ -149,3 +149,77 @@ def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
     assert (
         main(["train", "draft-vocab", "--target", target, "--head", str(tmp_path / "h"), "--like", str(tmp_path)]) == 2
     )  # neither a vocabulary nor a d2t there: a clear error
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_medusa_reads_those_rows_and_stays_lossless(shared):
+    """Heads sharing the target's LM head read its rows once; heads with their own projections read their own
+    rows. Copies of the LM head (zero blocks) predict the target's next tokens, so drafts inside the vocabulary get
+    accepted and those outside cannot be drafted; output is the target's alone and batched, and the read-out
+    compiled (Medusa's graph over the draft vocabulary) drafts what the eager one does."""
+    from engine.drafters.medusa import MedusaDrafter
+    from engine.heads.compiled_readout import compile_readout, uncompile_readout
+    from engine.heads.medusa import MedusaHeads
+
+    target = tiny_model("llama", sharpen=4.0)
+    heads = MedusaHeads.for_target(target, 4, 1, shared_lm_head=shared).eval()
+    V = target.config.vocab_size
+    x = torch.randn(3, target.config.hidden_size)
+    full, first = heads.logits(x), heads.first_logits(x)
+    prompt = [5, 5, 5, 5]
+    picked = reference(target, prompt)
+    ids = torch.tensor(sorted(set(range(0, V, 3)) | set(sorted(set(picked))[::2])))
+    assert set(picked) - set(ids.tolist())
+    heads.set_draft_vocab(ids)
+    assert torch.allclose(heads.logits(x), full[..., ids], atol=1e-5)
+    assert torch.allclose(heads.first_logits(x), first[..., ids], atol=1e-5)
+    assert MedusaDrafter(heads).settings()["draft_vocab"] == len(ids)
+    res = Decoder(target, MedusaDrafter(heads, "cpu_16"), max_new_tokens=NEW).generate(prompt)
+    assert res.tokens == picked
+    assert res.summary.mean_accepted_length > 1.0
+    assert all(set(e.draft_tokens) <= set(ids.tolist()) for e in res.events[1:])
+    batch = BatchDecoder(target, lambda: MedusaDrafter(heads, "cpu_16"), max_new_tokens=NEW).generate(PROMPTS, rows=2)
+    assert [batch.tokens[i] for i in range(len(PROMPTS))] == [reference(target, p) for p in PROMPTS]
+    eager = [e.draft_tokens for e in Decoder(target, MedusaDrafter(heads), max_new_tokens=NEW).generate(prompt).events]
+    report = compile_readout(heads, MedusaDrafter(heads).topk)
+    try:
+        assert report.compiled, report.line()
+        compiled = Decoder(target, MedusaDrafter(heads), max_new_tokens=NEW).generate(prompt)
+        assert [e.draft_tokens for e in compiled.events] == eager
+    finally:
+        uncompile_readout(heads)
+    heads.set_draft_vocab(None)
+    assert torch.equal(heads.logits(x), full)
+
+
+def test_medusa_sampling_stays_exact_over_a_draft_vocabulary():
+    from engine.drafters.medusa import MedusaDrafter
+    from tests.test_medusa import random_heads
+
+    V = 12
+    prompt = [5, 6, 5, 6]
+    target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
+    heads = random_heads(target, k=3, scale=2.0)
+    heads.set_draft_vocab(torch.tensor([0, 1, 5, 6, 7, 10]))
+    drafter = MedusaDrafter(heads, [(0,), (1,), (2,), (0, 0), (0, 1), (1, 0)])
+    counts = torch.zeros(V)
+    n = 1000
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=3).generate(prompt)
+        counts[res.tokens[1]] += 1
+        assert len(res.events[1].draft_tokens) == 3
+    assert chisquare(counts.numpy(), exact_second_token(target, prompt).numpy() * n).pvalue > 1e-3
+
+
+def test_medusa_vocabulary_saves_and_loads(tmp_path):
+    from engine.heads.medusa import MedusaHeads, load_medusa_heads
+
+    target = tiny_model("llama")
+    heads = MedusaHeads.for_target(target, 2, 1, shared_lm_head=False)
+    heads.set_draft_vocab(torch.tensor([2, 3, 11]))
+    heads.save(tmp_path / "m")
+    loaded = load_medusa_heads(tmp_path / "m", target)
+    assert torch.equal(loaded.draft_ids, torch.tensor([2, 3, 11])) and len(list(loaded)) == 2  # two heads, no more
+    save_file({"draft_ids": torch.tensor([1, target.config.vocab_size + 4])}, str(tmp_path / "m" / DRAFT_VOCAB))
+    with pytest.raises(GlanceError, match="another model"):
+        load_medusa_heads(tmp_path / "m", target)

@@ -152,6 +152,7 @@ class MedusaDrafter(Drafter):
         # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]; a draft one token deep reads head 0 only
         first = max_tokens == 1
         top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False, first=first).indices[:, 0]  # [K, k]
+        top = self.heads.to_target(top)  # a draft vocabulary's ids as target ids
         return self.tree_from(top.tolist(), max_tokens)
 
     def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:
@@ -174,7 +175,7 @@ class MedusaDrafter(Drafter):
         next token among the tree's depth-1 candidates (the last one's next token is not known yet). One call of
         head 0 for all of them, eager: it runs when a step drafts after plain ones, not every step."""
         hidden = torch.stack(self.unchecked[:-1])  # [n, H]
-        top = self.heads.first_logits(hidden).topk(max(self.first_ranks) + 1, dim=-1).indices  # [n, k]
+        top = self.heads.to_target(self.heads.first_logits(hidden).topk(max(self.first_ranks) + 1, dim=-1).indices)
         guesses = top[:, self.first_ranks].tolist()
         start = self.unchecked_from + 1  # the token head 0 guesses from the first plain step's hidden state
         self.matches = [tokens[start + j] in row for j, row in enumerate(guesses)]
@@ -200,6 +201,7 @@ class MedusaDrafter(Drafter):
             "tree_nodes": len(self.paths),
             "heads": self.heads.num_heads,
             "acceptance": self.acceptance,
+            "draft_vocab": len(self.heads.draft_ids) if self.heads.draft_ids is not None else "full",
         }
 
 
@@ -222,8 +224,8 @@ class BatchedHeads:
         lead = self.rows[live[0]]
         hidden = torch.stack([self.rows[b].hidden for b in live])  # [rows, H]
         first = max(max_tokens[b] for b in live) == 1  # every row one token deep: head 0 alone
-        top = candidates(lead.heads)(hidden, lead.topk, log_probs=False, first=first).indices  # [K, rows, k]
-        top = top.transpose(0, 1).tolist()  # [rows, K, k], to the host once
+        top = lead.heads.to_target(candidates(lead.heads)(hidden, lead.topk, log_probs=False, first=first).indices)
+        top = top.transpose(0, 1).tolist()  # [K, rows, k] target ids -> [rows, K, k], to the host once
         for j, b in enumerate(live):
             drafts[b] = self.rows[b].tree_from(top[j], max_tokens[b])
         return drafts

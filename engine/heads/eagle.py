@@ -27,10 +27,12 @@ from torch import nn
 
 from engine.errors import GlanceError
 from engine.heads.checkpoint import config_errors, read_tensors
+from engine.heads.draft_vocab import DRAFT_VOCAB, check_draft_ids, read_draft_vocab, rows_of, save_draft_vocab
+
+__all__ = ["DRAFT_VOCAB", "EagleHead", "load_eagle_head", "read_draft_vocab"]
 
 WEIGHTS_SAFE = "model.safetensors"
 WEIGHTS_BIN = "pytorch_model.bin"
-DRAFT_VOCAB = "draft_vocab.safetensors"
 
 
 def _llama_config(cfg: dict):
@@ -124,15 +126,9 @@ class EagleHead(nn.Module):
         if ids is None:
             self.readout, self.draft_ids = None, None
             return
-        lm = self.lm_head.weight  # [V, H] (a packed LM head keeps it)
-        ids = check_draft_ids(ids, lm.shape[0])
-        readout = nn.Linear(lm.shape[1], len(ids), bias=False, device=lm.device, dtype=lm.dtype)
-        with torch.no_grad():
-            readout.weight.copy_(lm.detach()[ids.to(lm.device)])
-            if getattr(self.lm_head, "bias", None) is not None:
-                readout.bias = nn.Parameter(self.lm_head.bias.detach()[ids.to(lm.device)].clone())
         p = next(self.fc.parameters())
-        self.readout = readout.to(device=p.device, dtype=p.dtype).requires_grad_(False)
+        ids = check_draft_ids(ids, self.lm_head.weight.shape[0])
+        self.readout = rows_of(self.lm_head, ids, p)
         self.draft_ids = ids.to(p.device)
 
     def _apply(self, fn, recurse=True):  # .to() / .cuda(): the draft ids follow the head (not a buffer: not saved)
@@ -166,41 +162,7 @@ class EagleHead(nn.Module):
             if not k.startswith(("rotary.", "readout."))  # the read-out is the target's, copied at load
         }
         save_file(state, str(folder / WEIGHTS_SAFE))
-        vocab_file = folder / DRAFT_VOCAB
-        if self.draft_ids is not None:
-            save_file({"draft_ids": self.draft_ids.long().cpu().contiguous()}, str(vocab_file))
-        elif vocab_file.exists():
-            vocab_file.unlink()  # a head saved without one must not pick up an older head's
-
-
-def check_draft_ids(ids: torch.Tensor, vocab: int, where: str = "the draft vocabulary") -> torch.Tensor:
-    """`ids` as sorted int64 target ids; GlanceError unless they are a non-empty 1-D set inside [0, vocab)."""
-    ids = torch.as_tensor(ids)
-    if ids.dim() != 1 or not len(ids) or ids.dtype.is_floating_point or ids.dtype == torch.bool:
-        raise GlanceError(f"{where} must be a non-empty list of token ids (got shape {tuple(ids.shape)}, {ids.dtype})")
-    ids = ids.long().sort().values
-    if int(ids[0]) < 0 or int(ids[-1]) >= vocab:
-        raise GlanceError(f"{where} holds token ids outside the target's {vocab} tokens: made for another model")
-    if len(ids) > 1 and bool((ids[1:] == ids[:-1]).any()):
-        raise GlanceError(f"{where} repeats token ids")
-    return ids
-
-
-def read_draft_vocab(folder: Path, vocab: int) -> torch.Tensor | None:
-    """The head folder's draft vocabulary (sorted target ids), None where it has none; safetensors only."""
-    path = Path(folder) / DRAFT_VOCAB
-    if not path.exists():
-        return None
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    try:
-        ids = load_file(str(path)).get("draft_ids")
-    except (SafetensorError, OSError) as exc:
-        raise GlanceError(f"{path} is not a readable safetensors file ({exc})") from None
-    if ids is None:
-        raise GlanceError(f"{path} has no tensor draft_ids")
-    return check_draft_ids(ids, vocab, str(path))
+        save_draft_vocab(folder, self.draft_ids)
 
 
 def read_state(folder: Path) -> dict:

@@ -22,6 +22,7 @@ from torch import nn
 
 from engine.errors import GlanceError
 from engine.heads.checkpoint import config_errors, read_tensors
+from engine.heads.draft_vocab import check_draft_ids, read_draft_vocab, rows_of, save_draft_vocab
 
 WEIGHTS_SAFE = "medusa_lm_head.safetensors"
 WEIGHTS_PT = "medusa_lm_head.pt"
@@ -58,6 +59,41 @@ class MedusaHeads(nn.ModuleList):
         super().__init__(heads)
         # kept out of the state dict: the LM head is the target's, frozen
         self.__dict__["shares_with"] = shares_with
+        # The draft vocabulary (set_draft_vocab): its rows of the shared LM head (one nn.Linear) or of each head's own
+        # projection (one per head), and the target ids they stand for. Kept out of the list (iterating it yields
+        # the heads) and out of the state dict (the rows are the LM head's).
+        self.__dict__["readouts"] = None
+        self.__dict__["draft_ids"] = None
+
+    def set_draft_vocab(self, ids: torch.Tensor | None) -> None:
+        """Read candidates from the target ids `ids` only (sorted, unique, inside the vocabulary), None: the whole
+        vocabulary. Output is unchanged: the target verifies every draft; the read-out reads len(ids) rows."""
+        if ids is None:
+            self.__dict__["readouts"] = self.__dict__["draft_ids"] = None
+            return
+        ids = check_draft_ids(ids, self.vocab)
+        p = next(self.parameters())
+        lm = self.shared_lm_head
+        sources = [lm] if lm is not None else [head[-1] for head in self]
+        self.__dict__["readouts"] = [rows_of(src, ids, p) for src in sources]
+        self.__dict__["draft_ids"] = ids.to(p.device)
+
+    def _apply(self, fn, recurse=True):  # .to() / .half(): the draft vocabulary's rows follow the heads
+        out = super()._apply(fn, recurse)
+        if self.readouts is not None:
+            self.__dict__["readouts"] = [r._apply(fn, recurse) for r in self.readouts]
+            self.__dict__["draft_ids"] = self.draft_ids.to(next(self.parameters()).device)
+        return out
+
+    def to_target(self, ids: torch.Tensor) -> torch.Tensor:
+        """Target ids of the heads' output ids (the same ids without a draft vocabulary)."""
+        return ids if self.draft_ids is None else self.draft_ids[ids]
+
+    def _states(self, hidden: torch.Tensor, heads) -> list[torch.Tensor]:
+        """Each head's state before its vocabulary projection [..., H] (own projections: all but the last layer)."""
+        if self.shared_lm_head is not None:
+            return [head(hidden) for head in heads]
+        return [head[:-1](hidden) for head in heads]
 
     @property
     def shared_lm_head(self) -> nn.Module | None:
@@ -80,6 +116,11 @@ class MedusaHeads(nn.ModuleList):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         lm_head = self.shared_lm_head
+        if self.readouts is not None:  # [K, ..., draft_vocab]
+            states = self._states(hidden, self)
+            if lm_head is not None:
+                return self.readouts[0](torch.stack(states))
+            return torch.stack([ro(x) for ro, x in zip(self.readouts, states)])
         if lm_head is None:
             return torch.stack([head(hidden) for head in self])
         # one projection over every head's state: the LM head's weights are read once, not once per head
@@ -87,11 +128,14 @@ class MedusaHeads(nn.ModuleList):
         return lm_head(torch.stack([head(hidden) for head in self]))  # [K, ..., H] -> [K, ..., V]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[K, ..., V]: every head's logits (what engine/heads/readout.py reads candidates from)."""
+        """[K, ..., V] (V: the draft vocabulary's size where set): every head's logits (what engine/heads/readout.py
+        reads candidates from; `to_target` maps their ids)."""
         return self(hidden)
 
     def first_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., V]: head 0's logits alone (the depth-1 guesses a draft budget checks in hindsight)."""
+        if self.readouts is not None:
+            return self.readouts[0](self._states(hidden, [self[0]])[0])
         lm_head = self.shared_lm_head
         return self[0](hidden) if lm_head is None else lm_head(self[0](hidden))
 
@@ -113,6 +157,7 @@ class MedusaHeads(nn.ModuleList):
         (folder / "config.json").write_text(json.dumps(self.config(), indent=2))
         state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in self.state_dict().items()}
         save_file(state, str(folder / WEIGHTS_SAFE))
+        save_draft_vocab(folder, self.draft_ids)
 
 
 def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
@@ -166,4 +211,6 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
             f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
         )
     p = next(target.parameters())
-    return heads.to(device=p.device, dtype=p.dtype).eval()
+    heads = heads.to(device=p.device, dtype=p.dtype).eval()
+    heads.set_draft_vocab(read_draft_vocab(folder, vocab))
+    return heads

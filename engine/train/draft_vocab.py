@@ -1,6 +1,6 @@
-"""An EAGLE head's draft vocabulary: the target ids it reads its candidates from (engine/heads/eagle.py,
-`draft_vocab.safetensors`). Counted from training text (the most frequent tokens plus the end-of-turn ones), or
-taken from another head trained on the same text (an EAGLE-3 head's `d2t`, another head's draft vocabulary)."""
+"""An EAGLE or Medusa head's draft vocabulary: the target ids it reads its candidates from (engine/heads/draft_vocab.py,
+`draft_vocab.safetensors`). Counted from training text (the most frequent tokens plus the end-of-turn ones), or taken
+from another head trained on the same text (an EAGLE-3 head's `d2t`, another head's draft vocabulary)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 
 from engine.errors import GlanceError
-from engine.heads.eagle import DRAFT_VOCAB, check_draft_ids, read_draft_vocab
+from engine.heads.draft_vocab import DRAFT_VOCAB, check_draft_ids, read_draft_vocab
 from engine.train.eagle3 import coverage, frequent_tokens
 
 
@@ -33,11 +33,13 @@ def vocab_of_head(folder: str | Path, vocab: int) -> torch.Tensor:
 def write_draft_vocab(
     target_path: str, head: str, size: int = 2048, data: str | None = None, like: str | None = None
 ) -> dict:
-    """Give the EAGLE head folder `head` a draft vocabulary: the `size` most frequent tokens of the training text
-    `data` (None: the stdlib, as `train eagle`) with the end-of-turn tokens, or `like`'s (another head folder).
+    """Give the EAGLE head or Medusa heads folder `head` a draft vocabulary: the `size` most frequent tokens of the
+    training text `data` (None: the stdlib, as `train eagle`) with the end-of-turn tokens, or `like`'s (another head
+    folder).
     Returns what it wrote: size, source and the held-out text's share of tokens inside it."""
     from engine.chat import stop_ids
     from engine.heads.eagle import load_eagle_head
+    from engine.heads.medusa import load_medusa_heads
     from engine.train.heads import frozen_target, text_stream
 
     if size < 1:
@@ -45,7 +47,9 @@ def write_draft_vocab(
     loaded = frozen_target(target_path)
     target = loaded.model
     vocab = target.get_output_embeddings().weight.shape[0]
-    head_model = load_eagle_head(head, target)  # checks the head fits the target before anything is written
+    medusa = (Path(head) / "config.json").exists() and "medusa_num_heads" in (Path(head) / "config.json").read_text()
+    load = load_medusa_heads if medusa else load_eagle_head
+    head_model = load(head, target)  # checks the head fits the target before anything is written
     if like is not None:
         ids, source, held = vocab_of_head(like, vocab), f"the draft vocabulary of {like}", None
     else:

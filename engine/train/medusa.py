@@ -50,7 +50,7 @@ def head_accuracy(heads: MedusaHeads, target, stream: torch.Tensor, seq_len: int
         logits = heads(hidden)
         for k in range(heads.num_heads):
             shift = k + 1
-            top5 = logits[k, 0, :-shift].topk(5, dim=-1).indices  # [T - shift, 5]
+            top5 = heads.to_target(logits[k, 0, :-shift].topk(5, dim=-1).indices)  # [T - shift, 5] target ids
             label = greedy[0, shift:]
             hits1[k] += int((top5[:, 0] == label).sum())
             hits5[k] += int((top5 == label[:, None]).any(-1).sum())
