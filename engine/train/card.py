@@ -153,7 +153,8 @@ def _medusa_section(evaluation: dict) -> list[str]:
         f"Greedy Medusa decoding with the `{acc['settings']['tree']}` tree ({acc['settings']['tree_nodes']} nodes), "
         f"{acc['dtype']}, up to {acc['max_new_tokens']} new tokens on each of the {acc['prompts']} held-out prompts: "
         f"mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance rate {acc['acceptance_rate']:.3f}, "
-        f"output identical to plain greedy on every prompt: {acc['outputs_identical_to_plain_greedy']}.",
+        f"output identical to plain greedy on every prompt: {acc['outputs_identical_to_plain_greedy']}."
+        f"{_draft_vocab_line(acc['settings'], tr)}",
         "",
         "| category | tau |",
         "|---|---|",
@@ -203,7 +204,7 @@ def _draft_vocab_line(settings: dict, training: dict) -> str:
     return (
         f" It drafts over a {size:,}-token draft vocabulary (`draft_vocab.safetensors`"
         + (f": {source}" if source else "")
-        + "), read from those rows of the target's LM head."
+        + "), read from those rows of the LM head."
     )
 
 
