@@ -146,6 +146,14 @@ def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
         == 0
     )
     assert len(load_eagle_head(tmp_path / "h", model).draft_ids) == 10
+    from engine.heads.medusa import MedusaHeads, load_medusa_heads
+
+    MedusaHeads.for_target(model, 2, 1, shared_lm_head=True).save(tmp_path / "m")  # Medusa's folder: its vocabulary
+    argv = ["train", "draft-vocab", "--target", target, "--head", str(tmp_path / "m"), "--like", str(tmp_path / "h")]
+    assert main(argv) == 0
+    assert torch.equal(
+        load_medusa_heads(tmp_path / "m", model).draft_ids, load_eagle_head(tmp_path / "h", model).draft_ids
+    )
     assert (
         main(["train", "draft-vocab", "--target", target, "--head", str(tmp_path / "h"), "--like", str(tmp_path)]) == 2
     )  # neither a vocabulary nor a d2t there: a clear error

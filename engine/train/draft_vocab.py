@@ -47,7 +47,10 @@ def write_draft_vocab(
     loaded = frozen_target(target_path)
     target = loaded.model
     vocab = target.get_output_embeddings().weight.shape[0]
-    medusa = (Path(head) / "config.json").exists() and "medusa_num_heads" in (Path(head) / "config.json").read_text()
+    try:
+        medusa = "medusa_num_heads" in json.loads((Path(head) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError, TypeError):
+        medusa = False  # the loader says what is wrong with the folder
     load = load_medusa_heads if medusa else load_eagle_head
     head_model = load(head, target)  # checks the head fits the target before anything is written
     if like is not None:
