@@ -26,6 +26,18 @@ def exact_second_token(target, prompt: list[int] = PROMPT) -> torch.Tensor:
     return p0 @ nxt  # [V]
 
 
+def second_token_pvalue(target, drafter, prompt: list[int], new: int, drafted: int, n: int = 1000) -> float:
+    """Sample `n` runs of `new` tokens at temperature 1 and return the chi-square p-value of their second tokens
+    against `exact_second_token`; every run's first verification step must have gone through at least `drafted`
+    draft tokens (else the rule under test was never used)."""
+    counts = torch.zeros(target.config.vocab_size)
+    for seed in range(n):
+        res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=new).generate(prompt)
+        counts[res.tokens[1]] += 1
+        assert len(res.events[1].draft_tokens) >= drafted
+    return chisquare(counts.numpy(), exact_second_token(target, prompt).numpy() * n).pvalue
+
+
 def test_vanilla_sampling_matches_target_distribution():
     target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
     draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)  # an unrelated draft: q differs from p
