@@ -72,7 +72,9 @@ class EagleHead(nn.Module):
         # the target, not a submodule: its frozen embeddings and LM head stay out of the head's state dict
         self.__dict__["target"] = target
         self.readout: nn.Linear | None = None  # the LM head's draft-vocabulary rows (set_draft_vocab)
-        self.draft_ids: torch.Tensor | None = None  # [draft_vocab] sorted target ids, or None: the whole vocabulary
+        # [draft_vocab] sorted target ids, or None: the whole vocabulary (a buffer: it follows .to(), and is not
+        # saved with the weights but in its own file)
+        self.register_buffer("draft_ids", None, persistent=False)
 
     @property
     def embed(self) -> nn.Module:
@@ -130,12 +132,6 @@ class EagleHead(nn.Module):
         ids = check_draft_ids(ids, self.lm_head.weight.shape[0])
         self.readout = rows_of(self.lm_head, ids, p)
         self.draft_ids = ids.to(p.device)
-
-    def _apply(self, fn, recurse=True):  # .to() / .cuda(): the draft ids follow the head (not a buffer: not saved)
-        out = super()._apply(fn, recurse)
-        if self.draft_ids is not None:
-            self.draft_ids = self.draft_ids.to(next(self.fc.parameters()).device)
-        return out
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """[..., V] over the target's vocabulary, or [..., draft_vocab] over the draft vocabulary."""

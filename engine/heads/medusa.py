@@ -60,29 +60,28 @@ class MedusaHeads(nn.ModuleList):
         # kept out of the state dict: the LM head is the target's, frozen
         self.__dict__["shares_with"] = shares_with
         # The draft vocabulary (set_draft_vocab): its rows of the shared LM head (one nn.Linear) or of each head's own
-        # projection (one per head), and the target ids they stand for. Kept out of the list (iterating it yields
-        # the heads) and out of the state dict (the rows are the LM head's).
+        # projection (one per head), kept out of the list (iterating it yields the heads) and out of the state dict
+        # (the rows are the LM head's); and the target ids they stand for (a buffer, saved in its own file).
         self.__dict__["readouts"] = None
-        self.__dict__["draft_ids"] = None
+        self.register_buffer("draft_ids", None, persistent=False)
 
     def set_draft_vocab(self, ids: torch.Tensor | None) -> None:
         """Read candidates from the target ids `ids` only (sorted, unique, inside the vocabulary), None: the whole
         vocabulary. Output is unchanged: the target verifies every draft; the read-out reads len(ids) rows."""
         if ids is None:
-            self.__dict__["readouts"] = self.__dict__["draft_ids"] = None
+            self.__dict__["readouts"] = self.draft_ids = None
             return
         ids = check_draft_ids(ids, self.vocab)
         p = next(self.parameters())
         lm = self.shared_lm_head
         sources = [lm] if lm is not None else [head[-1] for head in self]
         self.__dict__["readouts"] = [rows_of(src, ids, p) for src in sources]
-        self.__dict__["draft_ids"] = ids.to(p.device)
+        self.draft_ids = ids.to(p.device)
 
     def _apply(self, fn, recurse=True):  # .to() / .half(): the draft vocabulary's rows follow the heads
         out = super()._apply(fn, recurse)
         if self.readouts is not None:
             self.__dict__["readouts"] = [r._apply(fn, recurse) for r in self.readouts]
-            self.__dict__["draft_ids"] = self.draft_ids.to(next(self.parameters()).device)
         return out
 
     def to_target(self, ids: torch.Tensor) -> torch.Tensor:
