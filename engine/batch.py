@@ -189,7 +189,7 @@ class BatchDecoder:
             return d
 
         drafters = [new_drafter() for _ in range(B)]
-        budget = self.budget if drafters[0].budgeted else FullBudget()
+        budget = self.budget if drafters[0].budgeted_in_batch(B) else FullBudget()
         budget.reset(remembered(self.target, drafters[0], B, self.sampling))
         budget.price_forwards(lambda widths: measured_once(self.target, B, widths))
         hidden = drafters[0].needs_hidden_states

@@ -9,6 +9,7 @@ from engine.decoder import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.heads.readout import draft_step
 from tests.conftest import perturbed_copy, tiny_model
@@ -291,6 +292,23 @@ class Recording(CostAwareBudget):
     def choose(self, left=None):
         self.caps.append(super().choose(left))
         return self.caps[-1]
+
+
+def test_prompt_lookup_takes_the_cost_aware_cap_in_batches_only(setup):
+    """Prompt lookup's chains are capped by the budget in a batch of two or more rows (there a verified token costs
+    the target arithmetic), never at one row; capped rows stay lossless."""
+    target, _, refs = setup
+    prompts = [LOOPY, [7, 70, 7, 70, 7], [33] * 9, [1, 2, 3]]
+    for rows, capped in ((1, False), (2, True)):
+        budget = Recording()
+        res = BatchDecoder(target, lambda: PromptLookupDrafter(), max_new_tokens=NEW, budget=budget).generate(
+            prompts[: rows * 2], rows=rows
+        )
+        for prompt, tokens in zip(prompts, res.tokens):
+            assert tokens == refs[tuple(prompt)], (rows, prompt)
+        assert hasattr(budget, "caps") == capped, rows  # reset (and used) only where the batch may cap
+        if capped:
+            assert 0 in budget.caps, budget.caps  # the warm-up's plain step at least
 
 
 @pytest.mark.parametrize("method", ["vanilla", "eagle"])

@@ -115,6 +115,10 @@ class Drafter:
         it may cap this drafter's depth (`budgeted`), else a full one. Lookahead gates its window instead."""
         return budget if budget is not None and self.budgeted else FullBudget()
 
+    def budgeted_in_batch(self, rows: int) -> bool:
+        """Whether a batch of `rows` rows may cap this drafter's depth (engine/batch.py): `budgeted` by default."""
+        return self.budgeted
+
     def fit_batch(self, rows: int, forward_costs: ForwardCosts) -> None:
         """Size the draft for a batch of `rows` rows under the cost-aware budget, before the run, from the target's
         forward costs measured at that batch size (lookahead shrinks its window, which no depth cap reaches); the
