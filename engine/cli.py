@@ -171,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="give every head its own vocabulary projection (published default; larger checkpoint)",
     )
+    med.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=4096,
+        help="candidates read from the most frequent training tokens only (0: the whole vocabulary)",
+    )
     med.add_argument("--out", required=True)
     eg = tsub.add_parser("eagle", help="train an EAGLE head for a frozen target")
     eg.add_argument("--target", required=True, help="target model folder or hub id")
@@ -484,8 +490,8 @@ def cmd_train(args) -> int:
     if args.what == "medusa":
         from engine.train.medusa import train_medusa
 
-        if args.heads < 1 or args.layers < 0 or args.steps < 1:
-            raise GlanceError("--heads and --steps must be positive, --layers non-negative")
+        if args.heads < 1 or args.layers < 0 or args.steps < 1 or args.draft_vocab < 0:
+            raise GlanceError("--heads and --steps must be positive, --layers and --draft-vocab non-negative")
         report = train_medusa(
             args.target,
             Path(args.out),
@@ -494,6 +500,7 @@ def cmd_train(args) -> int:
             args.steps,
             args.data,
             shared_lm_head=not args.own_lm_head,
+            draft_vocab=args.draft_vocab,
         )
         print(json.dumps(report, indent=2))
         return 0

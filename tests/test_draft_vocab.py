@@ -151,6 +151,25 @@ def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
     )  # neither a vocabulary nor a d2t there: a clear error
 
 
+def test_training_medusa_writes_a_vocabulary(model_folders, tmp_path):
+    """`train medusa` gives its heads a draft vocabulary as `train eagle` does (--draft-vocab 0: none)."""
+    from engine.heads.medusa import load_medusa_heads
+    from engine.models import load_model
+    from engine.train.medusa import train_medusa
+
+    data = tmp_path / "corpus.py"
+    data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n" * 300)
+    target = str(model_folders["target"])
+    model = load_model(target).model
+    for size, expect in ((24, 24), (0, None)):
+        out = tmp_path / f"m{size}"
+        report = train_medusa(target, out, 2, 1, 1, str(data), batch_size=2, seq_len=32, draft_vocab=size)
+        assert report["draft_vocab"] == expect
+        ids = load_medusa_heads(out, model).draft_ids
+        assert (ids is None) if expect is None else len(ids) == expect
+        assert (out / DRAFT_VOCAB).exists() == (expect is not None)
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_medusa_reads_those_rows_and_stays_lossless(shared):
     """Heads sharing the target's LM head read its rows once; heads with their own projections read their own
