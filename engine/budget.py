@@ -33,6 +33,15 @@ DEEP_SHARE = 0.8
 # multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
 PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
+# A probe one depth past a drafted best is skipped where even every path accepted at the new depth could not rate
+# above the best (its step's price against the tokens it could add at most): off the suite, Medusa's one-deep spine
+# got 0.2-0.25 tokens a step on a prompt where its head 0 is rarely right, and its two-deep probes came every 4-8
+# steps at 4.8-5.5 ms against 3.4-4.2 for the spine, for nothing. Interleaved in one process, each budget its own
+# memory, rounds 1-4 (docs/bench-epyc-runs/2026-12-06/skip-hopeless-probes; vanilla, Medusa, EAGLE-2, EAGLE-3):
+# off the suite 1.072 / 1.189 / 1.268 / 1.223x against 1.076 / 1.148 / 1.242 / 1.198x without the skip (Medusa's
+# worst prompt 0.93-1.06x against 0.92-0.99x); 8 suite prompts 1.099 / 1.200 / 1.272 / 1.193x against 1.073 / 1.131
+# / 1.224 / 1.181x (round 0 left out: graphs compiled in the timed runs).
+SKIP_HOPELESS = True
 # While plain steps stay best, each probe comes twice as far after the last (up to 2**MAX_BACKOFF times): where
 # drafting loses (the real model in float32 on a CPU, where a drafted step costs 2-3 plain ones) probing every 6th
 # step cost 10-15% of the run. Under a fixed cost model where drafting loses, vanilla rose from 0.79x to 0.84x of
@@ -332,6 +341,7 @@ class CostAwareBudget(FullBudget):
     bound_always: bool = BOUND_ALWAYS
     stay: int = STAY
     deeper_margin: float = DEEPER_MARGIN
+    skip_hopeless: bool = SKIP_HOPELESS
     stay_left: int = 0  # steps the latest drafted choice still holds (STAY)
     stay_choice: tuple[int, bool] = (0, False)  # ... and that choice: (cap, narrow)
 
@@ -346,6 +356,7 @@ class CostAwareBudget(FullBudget):
             bound_always=self.bound_always,
             stay=self.stay,
             deeper_margin=self.deeper_margin,
+            skip_hopeless=self.skip_hopeless,
         )
         self.memory = memory
         if memory and memory.get("plain"):
@@ -449,11 +460,12 @@ class CostAwareBudget(FullBudget):
             # that rates near the best (DEEP_SHARE)
             deep = self.probes % DEEP_EVERY == 0 and best > 0 and whole_share > DEEP_SHARE
             cap = None if deep or best >= self.max_depth else best + 1
-            self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
-            self.hold = (cap, self.narrow, self.settle) if self.last_depth == 0 else None  # from plain: SETTLE
-            if best == 0 and self.last_depth == 0:
-                self.probe_open, self.probe_tail = 0.0, 0  # an idle probe: its cost counts until PROBE_TAIL
-            return cap
+            if deep or cap is None or best == 0 or not self.skip_hopeless or not self._hopeless(cap, narrow, best):
+                self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
+                self.hold = (cap, self.narrow, self.settle) if self.last_depth == 0 else None  # from plain: SETTLE
+                if best == 0 and self.last_depth == 0:
+                    self.probe_open, self.probe_tail = 0.0, 0  # an idle probe: its cost counts until PROBE_TAIL
+                return cap
         self.narrow = narrow
         if best > 0:
             self.stay_left, self.stay_choice = self.stay - 1, (best, narrow)
@@ -483,6 +495,15 @@ class CostAwareBudget(FullBudget):
         if spine_rates[spine_best] > rates[best]:
             return spine_best, True, True, whole / max(spine_rates[spine_best], 1e-9)
         return best, False, spine_rates[1] > rates[1], whole / max(rates[best], 1e-9)
+
+    def _hopeless(self, cap: int, narrow: bool, best: int) -> bool:
+        """Whether drafting `cap` deep (its spine when `narrow`) would rate below the `best` cap even if every path
+        that reached its deepest level were accepted there (SKIP_HOPELESS)."""
+        reached, accepted = (self.spine_reached, self.spine_accepted) if narrow else self._tree_counts()
+        upto = self._expected(cap - 1, reached, accepted)  # expected tokens at caps 0 .. cap - 1
+        through = upto[-1] - upto[-2] if cap > 1 else 1.0  # the chance a path gets through depth cap - 1
+        rate_best = self._expected(best, reached, accepted)[-1] / max(self._step_seconds(best, narrow), 1e-9)
+        return (upto[-1] + through) / max(self._step_seconds(cap, narrow), 1e-9) < rate_best
 
     def _probe_at_start(self, left: int | None) -> bool:
         """Whether a run too short for its probe at RUN_PROBE_AT probes now: whether a one-deep draft with every token

@@ -654,6 +654,20 @@ def test_deeper_drafts_must_rate_the_margin_above_a_one_deep_one():
         assert (budget.choose(), budget.narrow) == expected, margin
 
 
+def test_a_probe_one_deeper_is_skipped_where_even_full_acceptance_there_could_not_pay():
+    """Off the suite Medusa's one-deep spine got a quarter of a token a step, and its two-deep probes (every 4-8
+    steps, 40% dearer than the spine) got nothing: a probe one depth past the best is skipped where every path that
+    reaches the new depth, accepted there, would still rate below the best; where that depth is cheap it is probed
+    whatever it got before (its acceptance may have changed)."""
+    for two_deep, skip, expected in ((0.016, True, 1), (0.016, False, 2), (0.011, True, 2)):
+        budget = settled(skip_hopeless=skip)
+        budget.next_probe = budget.steps  # a probe is due
+        budget.max_depth, budget.reached, budget.accepted = 2, [100.0, 20.0], [25.0, 0.0]
+        budget.recent = {0: [0.010], 1: [0.0105], 2: [two_deep]}
+        assert budget.choose() == expected, (two_deep, skip)
+        assert budget.probes == 1  # it counted as the probe, taken or not: the next comes PROBE_GAPS later
+
+
 def test_a_drafted_choice_holds_for_stay_steps():
     """Every change of depth switches the target's verify to another compiled graph whose first steps run cold: a
     drafted choice holds for STAY steps, even once plain steps rate best, then the budget chooses afresh."""
