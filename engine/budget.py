@@ -34,13 +34,14 @@ DEEP_SHARE = 0.8
 # always missed: every probe landed on that token, and the budget never saw the two it got right)
 PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
 # A probe one depth past a drafted best is skipped where even every path accepted at the new depth could not rate
-# above the best (its step's price against the tokens it could add at most): off the suite, Medusa's one-deep spine
-# got 0.2-0.25 tokens a step on a prompt where its head 0 is rarely right, and its two-deep probes came every 4-8
-# steps at 4.8-5.5 ms against 3.4-4.2 for the spine, for nothing. Interleaved in one process, each budget its own
-# memory, rounds 1-4 (docs/bench-epyc-runs/2026-12-06/skip-hopeless-probes; vanilla, Medusa, EAGLE-2, EAGLE-3):
-# off the suite 1.072 / 1.189 / 1.268 / 1.223x against 1.076 / 1.148 / 1.242 / 1.198x without the skip (Medusa's
-# worst prompt 0.93-1.06x against 0.92-0.99x); 8 suite prompts 1.099 / 1.200 / 1.272 / 1.193x against 1.073 / 1.131
-# / 1.224 / 1.181x (round 0 left out: graphs compiled in the timed runs).
+# above the best (its step's price against the tokens it could add at most), unless that price is stale (cold steps
+# may have set it): off the suite, Medusa's one-deep spine got 0.2-0.25 tokens a step on a prompt where its head 0
+# is rarely right, and its two-deep probes came every 4-8 steps at 4.8-5.5 ms against 3.4-4.2 for the spine, for
+# nothing. Interleaved in one process, each budget its own memory, rounds 1-3 (docs/bench-epyc-runs/2026-12-06/
+# skip-hopeless-probes; vanilla, Medusa, EAGLE-2, EAGLE-3): off the suite 1.135 / 1.220 / 1.285 / 1.240x against
+# 1.118 / 1.179 / 1.268 / 1.209x without the skip (Medusa's worst prompt 0.93-1.10x against 0.92-1.05x); 8 suite
+# prompts 1.107 / 1.199 / 1.247 / 1.226x against 1.076 / 1.169 / 1.219 / 1.208x. At B = 2 and 4 (16 suite prompts,
+# 32 tokens) the two ran within the rounds' spread (EAGLE-2 at B = 2 0.979x against 0.991x, 4 rounds).
 SKIP_HOPELESS = True
 # While plain steps stay best, each probe comes twice as far after the last (up to 2**MAX_BACKOFF times): where
 # drafting loses (the real model in float32 on a CPU, where a drafted step costs 2-3 plain ones) probing every 6th
@@ -498,7 +499,10 @@ class CostAwareBudget(FullBudget):
 
     def _hopeless(self, cap: int, narrow: bool, best: int) -> bool:
         """Whether drafting `cap` deep (its spine when `narrow`) would rate below the `best` cap even if every path
-        that reached its deepest level were accepted there (SKIP_HOPELESS)."""
+        that reached its deepest level were accepted there (SKIP_HOPELESS). Never while its price is stale (not
+        timed in the last STALE_STEPS steps): a price set by cold steps would otherwise stand for good."""
+        if not self._fresh(narrow, cap):
+            return False
         reached, accepted = (self.spine_reached, self.spine_accepted) if narrow else self._tree_counts()
         upto = self._expected(cap - 1, reached, accepted)  # expected tokens at caps 0 .. cap - 1
         through = upto[-1] - upto[-2] if cap > 1 else 1.0  # the chance a path gets through depth cap - 1

@@ -658,13 +658,16 @@ def test_a_probe_one_deeper_is_skipped_where_even_full_acceptance_there_could_no
     """Off the suite Medusa's one-deep spine got a quarter of a token a step, and its two-deep probes (every 4-8
     steps, 40% dearer than the spine) got nothing: a probe one depth past the best is skipped where every path that
     reaches the new depth, accepted there, would still rate below the best; where that depth is cheap it is probed
-    whatever it got before (its acceptance may have changed)."""
-    for two_deep, skip, expected in ((0.016, True, 1), (0.016, False, 2), (0.011, True, 2)):
+    whatever it got before (its acceptance may have changed), and so is one whose price is stale (cold steps may
+    have set it)."""
+    cases = ((0.016, True, 0, 1), (0.016, False, 0, 2), (0.011, True, 0, 2), (0.016, True, STALE_STEPS + 1, 2))
+    for two_deep, skip, age, expected in cases:
         budget = settled(skip_hopeless=skip)
         budget.next_probe = budget.steps  # a probe is due
         budget.max_depth, budget.reached, budget.accepted = 2, [100.0, 20.0], [25.0, 0.0]
         budget.recent = {0: [0.010], 1: [0.0105], 2: [two_deep]}
-        assert budget.choose() == expected, (two_deep, skip)
+        budget.timed_at = {(False, 2): budget.steps - age}  # when a two-deep step was last timed
+        assert budget.choose() == expected, (two_deep, skip, age)
         assert budget.probes == 1  # it counted as the probe, taken or not: the next comes PROBE_GAPS later
 
 
