@@ -461,7 +461,8 @@ class CostAwareBudget(FullBudget):
             # that rates near the best (DEEP_SHARE)
             deep = self.probes % DEEP_EVERY == 0 and best > 0 and whole_share > DEEP_SHARE
             cap = None if deep or best >= self.max_depth else best + 1
-            if deep or cap is None or best == 0 or not self.skip_hopeless or not self._hopeless(cap, narrow, best):
+            hopeless = cap is not None and best > 0 and self.skip_hopeless and self._hopeless(cap, narrow, best)
+            if not hopeless:  # (an uncapped probe, cap None, is never skipped)
                 self.narrow = cap is not None and (narrow or (best == 0 and spine_first))
                 self.hold = (cap, self.narrow, self.settle) if self.last_depth == 0 else None  # from plain: SETTLE
                 if best == 0 and self.last_depth == 0:

@@ -30,6 +30,26 @@ def vocab_of_head(folder: str | Path, vocab: int) -> torch.Tensor:
     raise GlanceError(f"{folder} has neither {DRAFT_VOCAB} nor an EAGLE-3 d2t to take a draft vocabulary from")
 
 
+def counted_vocab(loaded, stream: torch.Tensor, size: int) -> torch.Tensor:
+    """The `size` most frequent ids of the training `stream` plus the target's end-of-turn tokens, sorted: the draft
+    vocabulary of a head trained on that text (`loaded`: the target and its tokenizer)."""
+    from engine.chat import stop_ids
+
+    target = loaded.model
+    vocab = target.get_output_embeddings().weight.shape[0]
+    return frequent_tokens(stream, vocab, size, stop_ids(target, loaded.tokenizer, True))
+
+
+def trained_vocab(loaded, train: torch.Tensor, held: torch.Tensor, size: int) -> tuple[torch.Tensor | None, dict]:
+    """What `train eagle` and `train medusa` give the heads they trained (`size` 0: none, the whole vocabulary), and
+    the training report's lines on it: its size and the held-out text's share of tokens inside it."""
+    if not size:
+        return None, {"draft_vocab": None, "heldout_vocab_coverage": None}
+    ids = counted_vocab(loaded, train, size)
+    vocab = loaded.model.get_output_embeddings().weight.shape[0]
+    return ids, {"draft_vocab": len(ids), "heldout_vocab_coverage": coverage(held, ids, vocab)}
+
+
 def write_draft_vocab(
     target_path: str, head: str, size: int = 2048, data: str | None = None, like: str | None = None
 ) -> dict:
@@ -37,7 +57,6 @@ def write_draft_vocab(
     training text `data` (None: the stdlib, as `train eagle`) with the end-of-turn tokens, or `like`'s (another head
     folder).
     Returns what it wrote: size, source and the held-out text's share of tokens inside it."""
-    from engine.chat import stop_ids
     from engine.heads.eagle import load_eagle_head
     from engine.heads.medusa import load_medusa_heads
     from engine.train.heads import frozen_target, text_stream
@@ -57,7 +76,7 @@ def write_draft_vocab(
         ids, source, held = vocab_of_head(like, vocab), f"the draft vocabulary of {like}", None
     else:
         train, held = text_stream(loaded.tokenizer, data)
-        ids = frequent_tokens(train, vocab, size, stop_ids(target, loaded.tokenizer, True))
+        ids = counted_vocab(loaded, train, size)
         source = f"the {len(ids)} most frequent tokens of {data or 'the stdlib'}"
     head_model.set_draft_vocab(ids)
     head_model.save(head)  # the weights as they were (bfloat16) and the vocabulary

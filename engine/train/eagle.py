@@ -81,8 +81,7 @@ def train_eagle(
 ) -> dict:
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`, with a draft
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary)."""
-    from engine.chat import stop_ids
-    from engine.train.eagle3 import coverage, frequent_tokens
+    from engine.train.draft_vocab import trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
@@ -99,8 +98,7 @@ def train_eagle(
     t0 = time.time()
     shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", clip=1.0)
     reg, cls = shown.get("reg", float("nan")), shown.get("cls", float("nan"))
-    vocab = target.get_output_embeddings().weight.shape[0]
-    ids = frequent_tokens(train, vocab, draft_vocab, stop_ids(target, loaded.tokenizer, True)) if draft_vocab else None
+    ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     head.set_draft_vocab(ids)  # trained over the whole vocabulary; drafts over its most frequent tokens
     head.save(out)
     with training_autocast():
@@ -113,8 +111,7 @@ def train_eagle(
         "final_classification_loss": cls,
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
-        "draft_vocab": len(ids) if ids is not None else None,
-        "heldout_vocab_coverage": coverage(held, ids, vocab) if ids is not None else None,
+        **vocab_report,
     }
     (out / "training.json").write_text(json.dumps(report, indent=2))
     return report

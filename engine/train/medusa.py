@@ -78,8 +78,7 @@ def train_medusa(
     """Train (or resume) Medusa heads for the target and save them in the published layout to `out`, with a draft
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary): trained over the
     whole vocabulary, the heads then read their candidates from those rows only (engine/heads/draft_vocab.py)."""
-    from engine.chat import stop_ids
-    from engine.train.eagle3 import coverage, frequent_tokens
+    from engine.train.draft_vocab import trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
@@ -97,8 +96,7 @@ def train_medusa(
     t0 = time.time()
     shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa")
     per_head = shown.get("per_head", [])
-    vocab = target.get_output_embeddings().weight.shape[0]
-    ids = frequent_tokens(train, vocab, draft_vocab, stop_ids(target, loaded.tokenizer, True)) if draft_vocab else None
+    ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     heads.set_draft_vocab(ids)
     heads.save(out)
     with training_autocast():
@@ -113,8 +111,7 @@ def train_medusa(
         "final_loss_per_head": per_head,
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
-        "draft_vocab": len(ids) if ids is not None else None,
-        "heldout_vocab_coverage": coverage(held, ids, vocab) if ids is not None else None,
+        **vocab_report,
     }
     (out / "training.json").write_text(json.dumps(report, indent=2))
     return report
