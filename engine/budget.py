@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import random
 import weakref
 from collections.abc import Callable
@@ -197,6 +198,12 @@ STAY = 8
 # off while they confirmed the best (1.068, 1.052, 1.210, 1.165x against 1.064, 1.071, 1.157, 1.187x in the same
 # process).
 DEEPER_MARGIN = 0.15
+# A batch size the drafter never drafted at starts from the nearest one's snapshot (its acceptance as the prior, its
+# prices scaled by the two sizes' plain steps, all stale so the first steps re-time them) instead of the warm-up's two
+# full drafts: in the sweep's runs of 32 tokens at B = 4 those cost 27-35 ms each against 4.5 ms plain steps, and the
+# model drafters ran 0.89-0.96x where, with the memory warm, they ran 0.97-1.00x (docs/bench-epyc-runs/2026-12-06/
+# b4-plain-steps).
+SEED_ROWS = True
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
 
@@ -207,9 +214,31 @@ def remembered(target, drafter, rows: int, sampling) -> dict:
     of the latest runs at this batch size, is shared by every drafter's slot, plain decoding's included."""
     settings = json.dumps(drafter.settings(), sort_keys=True, default=str)
     key = (drafter.name, settings, rows, sampling.temperature, sampling.top_p)
-    slot = _MEMORY.setdefault(target, {}).setdefault(key, {})
+    slots = _MEMORY.setdefault(target, {})
+    slot = slots.setdefault(key, {})
     slot.setdefault("plain", _PLAIN.setdefault(target, {}).setdefault(rows, []))
+    slot.pop("seed", None)
+    if "recent" not in slot and SEED_ROWS:  # never drafted at this batch size: the nearest one's, if any
+        near = [k for k, s in slots.items() if k[2] != rows and k[:2] + k[3:] == key[:2] + key[3:] and "recent" in s]
+        if near:
+            slot["seed"] = slots[min(near, key=lambda k: (abs(math.log(k[2] / rows)), k[2]))]
     return slot
+
+
+def _seeded(memory: dict) -> dict | None:
+    """What a run at a batch size that never drafted starts from (SEED_ROWS): the nearest batch size's snapshot, its
+    seconds scaled by the two batch sizes' plain steps, every price stale (none was timed at this size). None where
+    either plain step is unknown."""
+    seed = memory.get("seed")
+    if not seed or not memory.get("plain") or not seed.get("plain"):
+        return None
+    scale = _median(memory["plain"]) / _median(seed["plain"])
+    out = dict(seed, plain=memory["plain"], timed_ages=[], probes=0, idle_probes=0, probe_in=RUN_PROBE_AT)
+    for name in ("recent", "narrow_recent", "draft_recent"):
+        out[name] = {d: [t * scale for t in v] for d, v in seed.get(name, {}).items()}
+    for name in ("probe_costs", "entry_costs"):
+        out[name] = [t * scale for t in seed.get(name, [])]
+    return out
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -360,6 +389,8 @@ class CostAwareBudget(FullBudget):
             skip_hopeless=self.skip_hopeless,
         )
         self.memory = memory
+        if memory and "recent" not in memory:
+            memory = _seeded(memory) or memory
         if memory and memory.get("plain"):
             self.remembered_plain = list(memory["plain"])
             self.plain_floor = _median(self.remembered_plain)

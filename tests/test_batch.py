@@ -314,12 +314,14 @@ def test_prompt_lookup_takes_the_cost_aware_cap_in_batches_only(setup):
 @pytest.mark.parametrize("method", ["vanilla", "eagle"])
 def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(setup, method):
     """A second run starts from the first run's costs and acceptance (no warm-up of full drafts), one slot per batch
-    size; the single-row decoder does the same; every row stays lossless."""
-    from engine.budget import _MEMORY
+    size; the single-row decoder does the same; a batch size whose plain step is known starts from another size's
+    run (SEED_ROWS); every row stays lossless."""
+    from engine.budget import _MEMORY, _PLAIN
     from engine.decoder import Decoder
 
     target, make, refs = setup
     _MEMORY.pop(target, None)  # other tests' runs on this target
+    _PLAIN.pop(target, None)  # ... and their plain steps: sizes without one warm up
     for rows in (PROMPTS[:4], PROMPTS[:4], PROMPTS[:2]):
         budget = Recording()
         seen = len(_MEMORY.get(target, {}))
@@ -333,6 +335,11 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
     ]
     assert [r.events[1].extra["depth_cap"] is None for r in runs] == [True, False]
     assert all(r.tokens == refs[tuple(PROMPTS[1])] for r in runs)
+    BatchDecoder(target, None, max_new_tokens=NEW, budget=CostAwareBudget()).generate(PROMPTS[:3])  # plain, B = 3
+    budget = Recording()
+    res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(PROMPTS[:3])
+    assert res.tokens == [refs[tuple(p)] for p in PROMPTS[:3]], method
+    assert None not in budget.caps[:WARMUP_STEPS], budget.caps  # seeded from B = 4 (or 2): no full drafts
 
 
 def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(setup):

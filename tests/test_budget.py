@@ -319,6 +319,51 @@ def test_the_memory_has_a_slot_per_drafter_setting_batch_size_and_sampling():
     assert remembered(target, PromptLookupDrafter(max_ngram=a.max_ngram + 1), 1, greedy) is not slot
 
 
+def test_a_batch_size_never_drafted_at_starts_from_the_nearest_ones_run_at_its_own_plain_price():
+    """No warm-up at a new batch size where another drafted: its acceptance as the prior, its prices scaled by the two
+    sizes' plain steps and stale (re-timed, never skipped on); nothing to seed from, or seeding off: the warm-up."""
+    import engine.budget as eb
+    from engine.drafters.prompt_lookup import PromptLookupDrafter
+    from engine.sampling import SamplingConfig
+
+    class Target:
+        pass
+
+    target, greedy, drafter = Target(), SamplingConfig(), PromptLookupDrafter()
+    one = eb.remembered(target, drafter, 1, greedy)
+    first = CostAwareBudget()
+    first.reset(one)
+    run(first, 40, lambda d: d, lambda d: 0.010 + 0.004 * d)
+    first.finish()
+    assert "recent" in one and one["plain"]
+
+    eb.remembered(target, drafter, 4, greedy)["plain"][:] = [2 * x for x in one["plain"]]  # plain decoding at B = 4
+    seeded = CostAwareBudget()
+    seeded.reset(eb.remembered(target, drafter, 4, greedy))
+    assert seeded.choose() not in (None, 0)  # the best cap at once: no full drafts, no plain step to measure
+    assert seeded.seconds(4) == pytest.approx(2 * first.seconds(4)) and seeded.reached[0] == PRIOR_WEIGHT
+    assert not seeded._fresh(False, 4)
+    seeded.finish()
+    assert "seed" not in eb.remembered(target, drafter, 4, greedy)  # it drafted: its own snapshot from now on
+
+    eb.remembered(target, drafter, 2, greedy)["plain"][:] = [0.02]
+    other_sampling = CostAwareBudget()
+    other_sampling.reset(eb.remembered(target, drafter, 2, SamplingConfig(temperature=0.8)))
+    assert other_sampling.choose() is None  # another sampling setting: nothing to seed from, the warm-up
+    saved, eb.SEED_ROWS = eb.SEED_ROWS, False
+    try:
+        off = CostAwareBudget()
+        off.reset(eb.remembered(target, drafter, 2, greedy))
+        assert off.choose() is None
+    finally:
+        eb.SEED_ROWS = saved
+    on = CostAwareBudget()
+    on.reset(eb.remembered(target, drafter, 2, greedy))  # nearest of 1 and 4 by ratio: 1 (the smaller on a tie)
+    assert on.seconds(0) == pytest.approx(0.02) and on.seconds(4) == pytest.approx(
+        first.seconds(4) * 0.02 / first.seconds(0)
+    )
+
+
 def test_no_probe_near_the_end_of_a_run_while_plain_steps_win():
     """A probe that finds drafting pays needs steps left to win back its cost: with fewer than PROBE_HORIZON tokens
     left and plain steps best, every step is plain; with more, probes come as before."""
