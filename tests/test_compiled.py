@@ -278,6 +278,7 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
         return call
 
     forward.graph, forward.small_graph = by_width(graph, "graph"), by_width(few, "few")
+    warmed_up = counters["stats"]["unique_graphs"]
     try:
         first = decode_all(target, make, PROMPTS)
     finally:
@@ -286,6 +287,7 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
     assert calls["eagle"] > NEW and calls["eagle3"] > NEW and calls["medusa"] > NEW / 4, calls
     assert widths["few"] <= {3, 4} and widths["few"] and max(widths["graph"]) > 4, widths
     graphs = counters["stats"]["unique_graphs"]
+    assert graphs == warmed_up  # nothing compiled since the warm-up, a three-token prompt's one-entry head cache too
     again = decode_all(target, make, PROMPTS[::-1])  # other prompt lengths, other tree sizes: the same graphs
     assert again == {m: t[::-1] for m, t in eager.items()}
     assert counters["stats"]["unique_graphs"] == graphs

@@ -21,6 +21,11 @@ from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_t
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 from engine.packed import pack_linears, warm_products
 
+# Dynamo specializes a size of 0 or 1, so the graphs (warmed up over four cached entries) guard on a cache of at least
+# two: a cache of one entry (a prompt of three tokens, such as "import unittest") compiled a new graph inside a timed
+# run, 4 s for each head on the bf16 EPYC and 8-33 s in the suite's benchmark. Such a call runs eager instead.
+MIN_CACHED = 2
+
 
 def _step_function(head: torch.nn.Module):
     """`run_draft_step` bound to `head`, under a code object of its own (one short dynamo cache per head)."""
@@ -44,8 +49,9 @@ class CompiledDraftStep:
         self.failure: str | None = None
 
     def takes(self, cache) -> bool:
-        """Whether the graph runs this call: compiled, and the cache already holds entries (else: eager prefill)."""
-        return self.graph is not None and cache_length(cache) > 0
+        """Whether the graph runs this call: compiled, and the cache already holds MIN_CACHED entries (else eager:
+        the prefill, and a prompt too short for the graphs)."""
+        return self.graph is not None and cache_length(cache) >= MIN_CACHED
 
     def __call__(self, tokens, features, positions, cache, mask, k: int):
         _make_contiguous(cache)
