@@ -202,7 +202,8 @@ DEEPER_MARGIN = 0.15
 # prices scaled by the two sizes' plain steps, all stale so the first steps re-time them) instead of the warm-up's two
 # full drafts: in the sweep's runs of 32 tokens at B = 4 those cost 27-35 ms each against 4.5 ms plain steps, and the
 # model drafters ran 0.89-0.96x where, with the memory warm, they ran 0.97-1.00x (docs/bench-epyc-runs/2026-12-06/
-# b4-plain-steps).
+# b4-plain-steps). Seeded, in one process (docs/bench-epyc-runs/2026-12-07/seed-rows), the four model drafters' mean
+# rose from 0.953 to 0.991x at B = 4 (from B = 2's run) and from 0.960 to 0.993x at B = 2 (from B = 1's).
 SEED_ROWS = True
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}
