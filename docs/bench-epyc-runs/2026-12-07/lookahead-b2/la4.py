@@ -1,8 +1,7 @@
 """B=4 (and 2) lookahead in one process: window every step (today), plain every step, batch WindowBudget."""
 import sys, statistics
-sys.path.insert(0, "/tmp/tr")
+sys.path.insert(0, __import__("os").path.dirname(__file__))  # common.py beside it
 from common import *
-from engine.variants import build_drafter
 from pathlib import Path
 import torch
 torch.set_grad_enabled(False)

@@ -2,7 +2,7 @@
 prepared: cold (nothing at this batch size, seeding off), seeded (the B = 1 or 2 run's snapshot, seeding on), warm
 (a previous run at this batch size). One process, interleaved, alternating order."""
 import sys, statistics, copy, weakref
-sys.path.insert(0, "/tmp/tr")
+sys.path.insert(0, __import__("os").path.dirname(__file__))  # common.py beside it
 from common import *
 import engine.budget as eb
 from engine.batch import BatchDecoder

@@ -1,6 +1,6 @@
 """The sweep's order for one method (B = 1 then 2 then 4, 16 prompts, 32 tokens, auto budget), caps per chunk."""
 import sys
-sys.path.insert(0, "/tmp/tr")
+sys.path.insert(0, __import__("os").path.dirname(__file__))  # common.py beside it
 from common import *
 import engine.budget as eb
 from engine.batch import BatchDecoder
