@@ -55,6 +55,9 @@ class BatchResult:
     verify_width: int = 0  # tokens per row summed over verification forwards (each forward is B x its width)
     batched_drafting: bool = False  # the drafter made one model call per depth for all rows (not one per row)
     prefills: int = 1  # prefill forwards among `forwards` (more than one where finished rows took waiting prompts)
+    # per prompt, its own tokens in each of its verification forwards (pending token, draft, window): what the
+    # batch sweep replays to predict other batch sizes (engine/bench/sweep.py: `replay`)
+    row_widths: list[list[int]] = field(default_factory=list)
 
     @property
     def new_tokens(self) -> int:
@@ -266,6 +269,7 @@ class BatchDecoder:
 
         yield from refill()
         steps = [0] * N
+        row_widths: list[list[int]] = [[] for _ in range(N)]
         forwards = 0  # verification forwards
         draft_s = verify_s = 0.0
         width = 0
@@ -321,6 +325,7 @@ class BatchDecoder:
                 states[b].side_best = best[1 + len(d) :] if d.side_tokens else None
                 new[q].extend(step.tokens)
                 steps[q] += 1
+                row_widths[q].append(sizes[b])
                 outcomes[b] = step
             # every row keeps its prefix in place; entries past a row's own length are stale and masked
             move_row_entries(cache, moved_rows, src, dst, max(cached[b] for b in live))
@@ -346,4 +351,6 @@ class BatchDecoder:
         budget.finish()
         wall = prefill_s + draft_s + verify_s
         batched = not isinstance(drafting, RowByRow)
-        yield BatchResult(new, steps, forwards + prefills, wall, draft_s, verify_s, width, batched, prefills)
+        yield BatchResult(
+            new, steps, forwards + prefills, wall, draft_s, verify_s, width, batched, prefills, row_widths
+        )

@@ -410,7 +410,7 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     assert "batch" in tab.table.toPlainText() and "tok/s (speedup, τ)" in tab.table.toPlainText()
     # per drafting method a measured curve and the cost model's dashed prediction; the lesson under the table
     assert len(tab.plot.getPlotItem().listDataItems()) == 4
-    assert "Speedup = tokens per step / (draft + verify time)" in tab.table.toPlainText()
+    assert "Speedup = tokens per row-step x rows in use / (draft + verify time)" in tab.table.toPlainText()
     assert tab.progress.value() == tab.progress.maximum() > 0
     names = {p.name for p in tab.export_to(tmp_path / "sweep")}
     assert {"results.json", "results.md", "batch_sweep.png"} <= names

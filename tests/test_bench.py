@@ -126,56 +126,92 @@ def test_sweep_reports_every_batch_size(setup, tmp_path):
         assert all(r["matched_rows"] == r["rows"] == 3 for r in sweep["rows"][b].values())  # float32: exact
         assert sweep["rows"][b]["ar"]["speedup"] == 1.0
         for m, r in sweep["rows"][b].items():
-            # the parts explain the cell: speedup ~ tau / (draft + verify), in plain steps at this batch size
+            # the parts explain the cell: speedup ~ tau x rows in use / (draft + verify), in plain steps at this B
             assert r["width"] >= 1 and r["draft_steps"] >= 0 and r["verify_steps"] > 0 and 0 < r["active_rows"] <= b
-            parts = r["tau"] / (r["draft_steps"] + r["verify_steps"])
+            parts = r["tau"] * r["rows_in_use"] / (r["draft_steps"] + r["verify_steps"])
             assert parts == pytest.approx(r["speedup"], rel=0.35), (b, m, r)
+            replays_its_own_run(r, b, continuous=False)
     assert sweep["rows"][1]["lookahead"]["width"] > 1  # the window rides in the verification forward
     assert set(sweep["forward_ms"]) == {1, 3} and set(sweep["forward_ms"][3]) >= {1, 8}
     for m in ("vanilla", "lookahead"):
         pred = sweep["predictions"][m]
         assert set(pred["predicted_speedup"]) == {1, 3} and all(v > 0 for v in pred["predicted_speedup"].values())
     text = markdown(results)
-    assert "Speedup = tokens per step / (draft + verify time)" in text and "crossover" in text
+    assert "Speedup = tokens per row-step x rows in use / (draft + verify time)" in text and "crossover" in text
     assert results["settings"]["batching"] == "static" and "Static batches" in text
+    assert "Predicted by replaying" in text and "The budget sizes each step's drafts" not in text  # full budget
+    assert "The budget sizes each step's drafts" in markdown(dict(results, sweep=dict(sweep, draft_budget="auto")))
     assert {p.name for p in write(results, tmp_path)} >= {"batch_sweep.png", "results.json"}
     continuous = run_benchmark(setup, PROMPTS * 2, ["ar", "lookahead"], batch_sizes=[2], continuous=True)
     assert continuous["settings"]["batching"] == "continuous" and "Rows decode continuously" in markdown(continuous)
     cells = continuous["sweep"]["rows"][2].values()
     assert all(r["matched_rows"] == r["rows"] == 2 * len(PROMPTS) for r in cells)  # float32: exact
+    for r in cells:
+        replays_its_own_run(r, 2, continuous=True)
 
 
-def test_sweep_prediction_finds_the_crossover():
-    """Row-by-row drafting costs B times its single-row time and verifying costs what the grid says: with a grid
-    where a 4-token forward costs 1 plain step at B=1 but 3 at B=4, a tau-2 method crosses 1x at B=4."""
+def replays_its_own_run(cell: dict, b: int, continuous: bool) -> None:
+    """The prediction's replay of a cell's own rows gives the batches the decoder ran: its forwards, prefills,
+    row-steps and mean width."""
+    from engine.bench.sweep import replay
+
+    steps, prefills = replay(cell["row_widths"], b, continuous)
+    assert (len(steps), prefills) == (cell["verify_forwards"], cell["prefills"])
+    assert sum(a for a, _ in steps) == sum(len(w) for w in cell["row_widths"])
+    assert sum(w for _, w in steps) / len(steps) == pytest.approx(cell["width"], abs=0.006)
+
+
+def test_replay_batches_prompts_as_the_decoder_does():
+    """Static: each batch of b prompts runs until its slowest row ends, narrower rows padded to the widest. Continuous
+    (half of the prompts per call): a finished row's slot takes a waiting prompt once half the rows are free."""
+    from engine.bench.sweep import replay
+
+    widths = [[2, 3], [1], [4, 4, 4]]
+    assert replay(widths, 1) == ([(1, 2), (1, 3), (1, 1), (1, 4), (1, 4), (1, 4)], 3)
+    assert replay(widths, 2) == ([(2, 2), (1, 3), (1, 4), (1, 4), (1, 4)], 2)
+    # continuous, 2 rows, 6 prompts: two calls of 3; in each the third prompt joins the row the 1-step one left
+    steps, prefills = replay(widths * 2, 2, continuous=True)
+    assert prefills == 4 and steps == [(2, 2), (2, 4), (1, 4), (1, 4)] * 2
+    assert replay([[], [1, 1]], 2) == ([(1, 1), (1, 1)], 1)  # a prompt that ended at its first token never steps
+
+
+def test_sweep_prediction_replays_the_smallest_batch():
+    """B0's rows, batched: a static batch of two rows runs as long as its slowest row, each step as wide as its
+    widest row. A step costs the grid's forward plus plain decoding's measured step beyond the grid's one-token
+    forward at its rows, times B0's measured / modelled verify; drafting grows with the rows drafting."""
     from engine.bench.sweep import predict
 
-    cell = {"tau": 2.0, "draft_ms_per_step": 2.0, "width": 4.0}
+    plain = {"row_widths": [[1] * 4, [1] * 4], "tokens": 10, "draft_ms_per_step": 0.0, "verify_ms_per_step": 10.0,
+             "verify_forwards": 8, "prefills": 2, "prefill_ms": 0.0}  # fmt: skip
+    cell = {"row_widths": [[4, 4], [4]], "tokens": 10, "draft_ms_per_step": 2.0, "verify_ms_per_step": 15.0,
+            "verify_forwards": 3, "batched_drafting": False}  # fmt: skip
     sweep = {
-        "batch_sizes": [1, 2, 4],
+        "batch_sizes": [1, 2],
         "methods": ["ar", "m"],
-        "rows": {b: {"ar": {}, "m": dict(cell, speedup=s, active_rows=b)} for b, s in ((1, 1.5), (2, 1.1), (4, 0.7))},
+        "rows": {
+            1: {"ar": plain, "m": dict(cell, speedup=1.5)},
+            2: {"ar": dict(plain, verify_ms_per_step=14.0), "m": {"speedup": 1.1}},  # 2 ms over the grid's 12
+        },
     }
-    grid = {1: {1: 0.010, 8: 0.010}, 2: {1: 0.012, 8: 0.020}, 4: {1: 0.015, 8: 0.065}}
+    grid = {1: {1: 0.010, 8: 0.010}, 2: {1: 0.012, 8: 0.020}}
     pred = predict(sweep, grid)["m"]
-    # B=1: 2 / (0.2 + 1.0); B=2: 2 / (0.333 + 16/12... interpolated 4 tokens); B=4: draft 0.533 + verify 2.667
-    assert pred["predicted_speedup"][1] == pytest.approx(2 / 1.2, rel=1e-3)
-    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + (0.015 + 3 / 7 * 0.05) / 0.015), rel=1e-3)
-    assert pred["predicted_crossover"] == 4 and pred["measured_crossover"] == 4
-    # finished rows leave the batch: B=4 verifying 3 rows on average costs the grid halfway between B=2 and B=4
-    sweep["rows"][4]["m"]["active_rows"] = 3
-    verify3 = ((0.012 + 3 / 7 * 0.008) + (0.015 + 3 / 7 * 0.05)) / 2 / 0.015
+    # B=1: 3 steps of 2 ms + 1.5 x 10 ms against 8 plain steps of 10 ms (the grid, as measured)
+    assert pred["predicted_speedup"][1] == pytest.approx(0.08 / (3 * 0.017), rel=1e-3)
+    # B=2: steps (2 rows, 4 wide) and (1 row, 4 wide) against 4 plain steps of 2 rows at their measured 14 ms
+    wide = 0.012 + 3 / 7 * 0.008 + 0.002  # grid at B=2, 4 tokens a row, and B=2's 2 ms beyond the grid
+    mine = 2 * 0.002 + 1.5 * wide + 0.002 + 1.5 * 0.010
+    assert pred["predicted_speedup"][2] == pytest.approx(4 * 0.014 / mine, rel=1e-3)
+    assert pred["predicted_crossover"] is None and pred["measured_crossover"] is None
+    # batched drafting grows as plain decoding's step (14 / 10); B=2's prefill (plain's, measured) is paid by both
+    sweep["rows"][1]["m"]["batched_drafting"] = True
+    sweep["rows"][2]["ar"].update(prefill_ms=10.0, prefills=1)
+    mine = 0.010 + 0.002 * 1.4 + 1.5 * wide + 0.002 + 1.5 * 0.010
+    assert predict(sweep, grid)["m"]["predicted_speedup"][2] == pytest.approx((0.010 + 4 * 0.014) / mine, rel=1e-3)
+    # where 4 tokens a row cost twice a plain step at B=2, the method crosses 1x there
+    grid[2][8] = 0.040
     pred = predict(sweep, grid)["m"]
-    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 * 3 / 4 / 0.015 + verify3), rel=1e-3)
-    sweep["rows"][4]["m"]["active_rows"] = 4
-
-    # B=1's cell measured its verify at 1.5 plain steps where the grid says 1.0: every B's verify counts 1.5x
-    sweep["rows"][1]["m"]["verify_steps"] = 1.5
-    pred = predict(sweep, grid)["m"]
-    assert pred["predicted_speedup"][1] == pytest.approx(2 / (0.2 + 1.5), rel=1e-3)
-    verify4 = 1.5 * (0.015 + 3 / 7 * 0.05) / 0.015
-    assert pred["predicted_speedup"][4] == pytest.approx(2 / (0.008 / 0.015 + verify4), rel=1e-3)
-    assert pred["predicted_crossover"] == 2  # the measured verify moves the crossover a batch size earlier
+    assert pred["predicted_speedup"][2] < 1.0 and pred["predicted_crossover"] == 2
+    assert predict(dict(sweep, rows={b: {"ar": {}} for b in (1, 2)}), grid) == {}  # a results file from before
 
 
 def test_chain_prediction_matches_the_formula():

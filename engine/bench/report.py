@@ -114,10 +114,10 @@ def cost_table(cost: dict) -> str:
 
 
 SWEEP_LESSON = (
-    "Speedup = tokens per step / (draft + verify time), both counted in plain decoding steps at the same batch size. "
-    "As the batch grows the target stops being memory bound, so verifying k tokens per row costs more plain steps, "
-    "and drafting row by row costs B times as much (batched drafting, one call per depth, about the same): a method "
-    "stops paying where that sum passes its tokens per step."
+    "Speedup = tokens per row-step x rows in use / (draft + verify time), the times counted in plain decoding steps "
+    "at the same batch size. As the batch grows the target stops being memory bound, so verifying k tokens per row "
+    "costs more plain steps, and in a static batch the rows that ended early sit idle (rows in use under 1) until "
+    "the slowest row ends: a method stops paying where its tokens no longer cover its draft and verify costs."
 )
 
 
@@ -148,18 +148,31 @@ def sweep_table(sweep: dict) -> str:
     spec = [m for m in methods if m != "ar"]
     if spec and "draft_steps" in _cell(sweep, sweep["batch_sizes"][0])[spec[0]]:
         text += "\n" + SWEEP_LESSON + "\n\n"
-        text += "| batch | " + " | ".join(f"{LABELS.get(m, m)}: τ / (draft + verify)" for m in spec) + " |\n"
+        text += (
+            "| batch | " + " | ".join(f"{LABELS.get(m, m)}: τ x rows in use / (draft + verify)" for m in spec) + " |\n"
+        )
         text += "|---" * (len(spec) + 1) + "|\n"
         for b in sweep["batch_sizes"]:
             r = _cell(sweep, b)
-            cells = [f"{r[m]['tau']:.2f} / ({r[m]['draft_steps']:.2f} + {r[m]['verify_steps']:.2f})" for m in spec]
+            cells = [
+                f"{r[m]['tau']:.2f} x {r[m].get('rows_in_use', 1.0):.2f} / "
+                f"({r[m]['draft_steps']:.2f} + {r[m]['verify_steps']:.2f})"
+                for m in spec
+            ]
             text += f"| {b} | " + " | ".join(cells) + " |\n"
     preds = sweep.get("predictions")
     if preds:
         text += (
-            "\nPredicted from the smallest batch's cell and the measured forward cost over (batch, tokens); "
-            "crossover: the smallest batch size at or under 1x (– : none in the sweep).\n\n"
+            "\nPredicted by replaying the smallest batch's run at each batch size (every row drafting as it did "
+            "there), priced by the measured forward cost over (batch, tokens); crossover: the smallest batch size at "
+            "or under 1x (– : none in the sweep)."
         )
+        if sweep.get("draft_budget", "full") != "full":
+            text += (
+                " The budget sizes each step's drafts at that batch size's prices, down to plain steps where drafting "
+                "does not pay, so a measured cell can sit above what drafting as at the smallest batch would give."
+            )
+        text += "\n\n"
         text += "| method | " + " | ".join(f"B={b}" for b in sweep["batch_sizes"]) + " | crossover |\n"
         text += "|---" * (len(sweep["batch_sizes"]) + 2) + "|\n"
         for m, p in preds.items():

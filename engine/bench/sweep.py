@@ -1,11 +1,12 @@
 """The batch sweep: every method decodes B prompts at once for each B; speedup over batched plain decoding at the
 same B shows where batching eats the win.
 
-Each cell is taken apart the way the cost model reads it: speedup = tokens per step / (draft time + verify time),
-both in units of plain decoding's step at the same B. As B grows the target stops being memory bound, so a forward
-over k tokens per row costs more plain steps, and drafting (row by row here) costs B times its single-row time; a
-method stops paying where that sum passes its tokens per step. `predict` forecasts every cell and the crossover
-from the single-row cell and a grid of measured forward costs over (batch, tokens)."""
+Each cell is taken apart the way the cost model reads it: speedup = tokens per row-step x rows in use / (draft time
++ verify time), the times in units of plain decoding's step at the same B. As B grows the target stops being memory
+bound, so a forward over k tokens per row costs more plain steps; drafting costs more with more rows; and in a static
+batch the rows that ended early sit idle until the slowest one ends, where plain rows of one length end together. A
+method stops paying where its tokens no longer cover those costs. `predict` replays the smallest batch's run at every
+B and prices it from a grid of measured forward costs over (batch, tokens)."""
 
 from __future__ import annotations
 
@@ -88,10 +89,11 @@ def run_sweep(
     size = max(len(encoded), max(batch_sizes))  # every batch size decodes the same prompts, B at a time
     pool = [encoded[i % len(encoded)] for i in range(size)]
     for b in batch_sizes:
-        step = max(b, -(-size // 2)) if continuous else b  # prompts per call: half of them, or one static batch
+        step = prompts_per_call(size, b, continuous)
         chunks = [pool[i : i + step] for i in range(0, size, step)]
         acc = {m: {"tokens": 0, "wall": 0.0, "steps": 0, "emitted": 0, "forwards": 0, "out": [], "draft": 0.0,
-                   "verify": 0.0, "width": 0, "batched": False, "prefills": 0} for m in methods}  # fmt: skip
+                   "verify": 0.0, "width": 0, "batched": False, "prefills": 0, "row_widths": []}
+               for m in methods}  # fmt: skip
         for c, chunk in enumerate(chunks):  # methods interleaved per chunk, alternating order: drift hits all alike
             for m in methods if c % 2 == 0 else methods[::-1]:
                 if cancel and cancel():
@@ -110,11 +112,13 @@ def run_sweep(
                 a["verify"] += res.verify_seconds
                 a["width"] += res.verify_width
                 a["batched"] = res.batched_drafting
+                a["row_widths"] += res.row_widths  # in the pool's order: chunks are consecutive prompts
         rows[b] = {}
         for m in methods:
             a = acc[m]
             batched_steps = max(a["forwards"] - a["prefills"], 1)  # verification forwards
             rows[b][m] = {
+                "tokens": a["tokens"],
                 "tokens_per_second": round(a["tokens"] / a["wall"], 2) if a["wall"] else 0.0,
                 "tau": round(a["emitted"] / a["steps"], 3) if a["steps"] else 0.0,
                 "forwards": a["forwards"],
@@ -122,6 +126,10 @@ def run_sweep(
                 "verify_ms_per_step": round(a["verify"] / batched_steps * 1e3, 3),
                 "width": round(a["width"] / batched_steps, 2),  # tokens per row in one verification forward
                 "active_rows": round(a["steps"] / batched_steps, 2),  # rows still decoding (and drafting) per step
+                "verify_forwards": batched_steps,
+                "prefills": a["prefills"],
+                "prefill_ms": round((a["wall"] - a["draft"] - a["verify"]) * 1e3, 3),
+                "row_widths": a["row_widths"],  # per prompt, its tokens in each verification forward
                 "batched_drafting": a["batched"],  # one draft call per depth for all rows (else one per row)
                 "matched_rows": sum(x == y for x, y in zip(a["out"], acc["ar"]["out"])),
                 "rows": len(a["out"]),
@@ -133,10 +141,19 @@ def run_sweep(
         plain_step = rows[b]["ar"]["draft_ms_per_step"] + rows[b]["ar"]["verify_ms_per_step"]
         for r in rows[b].values():
             r["speedup"] = round(r["tokens_per_second"] / base, 3) if base else None
+            # rows that ended sit idle in a static batch: the share of plain decoding's rows still producing tokens
+            r["rows_in_use"] = round(r["active_rows"] / rows[b]["ar"]["active_rows"], 3)
             # the parts, in plain steps at this batch size: speedup ~ tau / (draft + verify)
             r["draft_steps"] = round(r["draft_ms_per_step"] / plain_step, 3) if plain_step else None
             r["verify_steps"] = round(r["verify_ms_per_step"] / plain_step, 3) if plain_step else None
-    return {"batch_sizes": list(batch_sizes), "methods": methods, "rows": rows, "continuous": continuous}
+    budget = setup.draft_budget or "full"
+    return {
+        "batch_sizes": list(batch_sizes),
+        "methods": methods,
+        "rows": rows,
+        "continuous": continuous,
+        "draft_budget": budget,
+    }
 
 
 def break_even(sweep: dict) -> dict[str, int | None]:
@@ -149,54 +166,119 @@ def break_even(sweep: dict) -> dict[str, int | None]:
     return out
 
 
+def prompts_per_call(size: int, b: int, continuous: bool) -> int:
+    """How many of the sweep's `size` prompts one decoder call takes at batch size b: one static batch, or half of
+    them decoding continuously in b rows."""
+    return max(b, -(-size // 2)) if continuous else b
+
+
+def replay(widths: list[list[int]], b: int, continuous: bool = False) -> tuple[list[tuple[int, int]], int]:
+    """The batched steps of the sweep's calls at batch size b where prompt q's row puts `widths[q][t]` tokens in
+    its step t's forward (as a measured run drafted them): (rows decoding, forward width) per step, the width being
+    the widest row's (the others pad), and the prefill forwards. Static: each batch decodes until its slowest row
+    ends. Continuous: `BatchDecoder.stream`'s rule, waiting prompts take the finished rows once half the batch is
+    free, or every row is, or the queue's last prompts can go."""
+    steps: list[tuple[int, int]] = []
+    prefills = 0
+    call = prompts_per_call(len(widths), b, continuous)
+    for i in range(0, len(widths), call):
+        prefills += _replay_call(widths[i : i + call], b, steps)
+    return steps, prefills
+
+
+def _replay_call(widths: list[list[int]], b: int, steps: list[tuple[int, int]]) -> int:
+    """One decoder call over `widths`' prompts in b rows (see `replay`): appends its steps, returns its prefills."""
+    join = -(-b // 2)
+    waiting = list(range(b, len(widths)))
+    rows = {s: [q, 0] for s, q in enumerate(range(min(b, len(widths)))) if widths[q]}  # slot: [prompt, its step]
+    prefills = 1
+    while rows or waiting:
+        while waiting:  # joins, before every step (a joined prompt that ended at its first token frees its row)
+            free = [s for s in range(b) if s not in rows][: len(waiting)]
+            if not free or (rows and len(free) < min(join, len(waiting))):
+                break
+            taken = [waiting.pop(0) for _ in free]
+            rows.update({s: [q, 0] for s, q in zip(free, taken) if widths[q]})
+            prefills += 1
+        if not rows:
+            break
+        now = [widths[q][t] for q, t in rows.values()]
+        steps.append((len(now), max(now)))
+        for s, (q, t) in list(rows.items()):
+            if t + 1 >= len(widths[q]):
+                del rows[s]
+            else:
+                rows[s][1] = t + 1
+    return prefills
+
+
 def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
     """Per method: the predicted speedup at every batch size and the predicted crossover (the smallest B predicted
-    at or under 1x; None: never within the sweep), beside the measured ones. Inputs: the smallest batch's cell (tau,
-    draft milliseconds per step), each cell's forward width (a property of the drafts, not of speed) and `grid`, the
-    measured forward seconds over (B, k). Drafting row by row is taken to cost its time at the smallest batch B0
-    times the ratio of rows still decoding per step (a shape of the run, like the width, not a speed); batched
-    drafting (one small-model call per depth for all rows, memory bound at these sizes) the same time as at B0.
-    Verification, over the rows still decoding (finished rows leave the batch: `active_rows`, the grid linear
-    between batch sizes), costs grid(active, width) / grid(B, 1) plain steps, times what B0's cell measured over
-    what the grid says there (its `verify_steps` against grid(B0, width) / grid(B0, 1)). The grid times each shape
-    in runs of its own; in decoding, a verify follows other graphs and pays the switch, and the loop verifies and
-    compacts every row: on the AMX host at B = 1, prompt lookup's verify cost 1.25 plain steps where the grid said
-    0.93, and without the factor every predicted crossover of the sweep came one batch size late."""
+    at or under 1x; None: never within the sweep), beside the measured ones.
+
+    The smallest batch B0's run is replayed at every B (`replay`): each prompt drafts what it drafted at B0, so a
+    batch's steps, the rows still decoding in each (rows that ended sit idle in a static batch) and each step's
+    width (its widest row's) follow from B0's per-row widths. A step over a rows of k tokens is priced as `grid`'s
+    measured forward over (a, k), plus what a decoding step at a rows pays beyond the grid's one-token forward
+    (plain decoding's measured step at that batch size minus the grid's: the per-row host work, which grows with
+    the rows; on the bf16 EPYC -0.4 ms at B = 1 and +1.3 ms at B = 4), linear between batch sizes and widths; times
+    what B0's run measured over what that says for B0's own steps. Drafting costs B0's time per step, times the
+    rows drafting for row-by-row drafters, or times plain decoding's step at those rows over B0's (one call per
+    depth for all rows: EAGLE's drafting grew 1.5x from B = 1 to 2 and 2.3x to 4 where plain decoding's step grew
+    1.4x and 2.1x). Prefills cost plain decoding's measured prefill at that B. Plain decoding is replayed the same
+    way, so the prediction is a ratio of two priced runs. Under an adaptive budget B0's drafts are what the budget
+    drafted at B0's prices: the prediction says what drafting that way would give, and the budget falls back towards
+    plain steps where it does not pay."""
     sizes = [b for b in sweep["batch_sizes"] if b in grid]
-    if not sizes:
-        return {}
-    b0 = sizes[0]
     rows = sweep["rows"]
+    if not sizes or "row_widths" not in rows[sizes[0]]["ar"]:
+        return {}
+    b0, continuous = sizes[0], bool(sweep.get("continuous"))
+    measured = [(rows[b]["ar"]["draft_ms_per_step"] + rows[b]["ar"]["verify_ms_per_step"]) / 1e3 for b in sizes]
+
+    def plain_step(a: float) -> float:
+        """Plain decoding's measured step at a rows, linear between the sweep's batch sizes."""
+        return float(np.interp(a, sizes, measured))
+
+    def grid_cost(a: float, k: float) -> float:
+        """The grid's forward seconds over a rows of k tokens each, linear between its batch sizes and widths."""
+        at = []
+        for b in sizes:
+            ks = sorted(grid[b])
+            at.append(float(np.interp(k, ks, [grid[b][x] for x in ks])))
+        return float(np.interp(a, sizes, at))
+
+    def step_cost(a: float, k: float) -> float:
+        return grid_cost(a, k) + plain_step(a) - grid_cost(a, 1)
+
+    def priced(m: str, b: int) -> float | None:
+        """Seconds of method m's B0 run replayed at batch size b."""
+        first = rows[b0][m]
+        steps0, _ = replay(first["row_widths"], b0, continuous)
+        model0 = sum(step_cost(a, w) for a, w in steps0)
+        if not steps0 or model0 <= 0:
+            return None
+        factor = first["verify_ms_per_step"] * first["verify_forwards"] / 1e3 / model0  # measured over model, at B0
+        draft0 = first["draft_ms_per_step"] / 1e3  # per batched step at B0
+        rows0 = sum(a for a, _ in steps0) / len(steps0)
+        plain0 = sum(plain_step(a) for a, _ in steps0) / len(steps0)
+        steps, prefills = replay(first["row_widths"], b, continuous)
+        plain_at_b = rows[b]["ar"]
+        seconds = prefills * plain_at_b["prefill_ms"] / 1e3 / max(plain_at_b["prefills"], 1)
+        for a, w in steps:
+            grows = plain_step(a) / plain0 if first.get("batched_drafting") else a / rows0
+            seconds += draft0 * grows + factor * step_cost(a, w)
+        return seconds
+
     out = {}
-
-    def cost(b: int, k: float) -> float:
-        """The grid's forward seconds at batch b over k tokens a row, linear between measured widths."""
-        ks = sorted(grid[b])
-        return float(np.interp(k, ks, [grid[b][x] for x in ks]))
-
-    def cost_rows(rows_in: float, k: float) -> float:
-        """The forward seconds over k tokens a row for `rows_in` rows on average (finished rows leave the batch),
-        linear between the grid's batch sizes."""
-        return float(np.interp(rows_in, sizes, [cost(b, k) for b in sizes]))
-
     for m in sweep["methods"]:
         if m == "ar":
             continue
-        first = rows[b0][m]
-        grid_verify0 = cost(b0, first["width"]) / cost(b0, 1)
-        measured0 = first.get("verify_steps")  # None where B0's plain step was not measured
-        factor = measured0 / grid_verify0 if measured0 and grid_verify0 > 0 else 1.0
         per_batch = {}
         for b in sizes:
-            plain = cost(b, 1)
-            rows_ratio = (
-                1.0
-                if rows[b][m].get("batched_drafting")
-                else rows[b][m].get("active_rows", b) / first.get("active_rows", b0)
-            )
-            draft = first["draft_ms_per_step"] / 1e3 * rows_ratio / plain
-            verify = factor * cost_rows(rows[b][m].get("active_rows", b), rows[b][m]["width"]) / plain
-            per_batch[b] = round(first["tau"] / (draft + verify), 3) if draft + verify > 0 else None
+            mine, plain = priced(m, b), priced("ar", b)
+            ok = mine and plain and rows[b0][m]["tokens"]
+            per_batch[b] = round(rows[b0][m]["tokens"] / mine / (rows[b0]["ar"]["tokens"] / plain), 3) if ok else None
         out[m] = {
             "predicted_speedup": per_batch,
             "predicted_crossover": next((b for b in sizes if (per_batch[b] or 0) <= 1.0), None),
