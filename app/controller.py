@@ -111,6 +111,7 @@ class Controller(QObject):
                 cancel=worker.cancel.is_set,
                 progress=worker.progress.emit,
                 compile=compile,
+                time_forwards=True,
             )
 
         self._start("load", job)

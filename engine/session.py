@@ -88,6 +88,7 @@ class Session:
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int, str], None] | None = None,
         compile: bool = False,
+        time_forwards: bool = False,
     ) -> Session:
         """Load `target` (the bundled demo target when empty) and the parts `methods` need. With the bundled target,
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
@@ -95,7 +96,8 @@ class Session:
         "loading cancelled"); `progress(done, total, what)` is told before each model or part starts loading.
         `compile`: compile the target's and the draft model's forwards (engine/forward.py) and the EAGLE heads'
         drafting steps (engine/heads/compiled_step.py), and warm them up now; one that fails to compile stays eager
-        and its report says why."""
+        and its report says why. `time_forwards`: then time the target's forwards that sizing drafts reads
+        (`Session.time_forwards`), so that the first race starts at once."""
         bundled = not target
         if bundled and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
@@ -105,6 +107,7 @@ class Session:
         to_load = [k for k in chosen if k in parts_needed(methods)]
         heads = sum(k in COMPILED_HEADS for k in to_load)
         total = len(to_load) + 1 + (COMPILE_STEPS * (1 + ("draft" in to_load)) + heads if compile else 0)
+        total += time_forwards
         steps = iter(range(total))
 
         def report(what: str) -> None:
@@ -119,7 +122,20 @@ class Session:
         session = cls(loaded, parts_)
         if compile:
             session.compile_models(lambda done, of, what: report(what), cancel)
+        if time_forwards:
+            if cancel is not None and cancel():
+                raise Cancelled("loading cancelled")
+            report("timing the target's forwards (once per session)")
+            session.time_forwards(methods)
         return session
+
+    def time_forwards(self, methods: list[str] | tuple[str, ...] = METHODS) -> None:
+        """Time, once a session, the target forwards that the cost-aware budget and lookahead's window read before
+        a run (engine/forward_timing.py: `measured_once`), for the loaded methods among `methods`. After a compile:
+        the compiled forward has costs of its own."""
+        settings = RaceSettings([m for m in methods if self.available(m)])
+        for m in settings.methods:
+            self.decoder(m, settings).time_forwards()
 
     def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
         """Compile the target's forward, the draft model's and the EAGLE heads' drafting steps (those loaded),

@@ -69,3 +69,28 @@ def test_a_compile_is_cancelled_between_its_warm_up_shapes(model_folders):
     assert any("for one token" in what for what in seen)
     assert not any("several tokens" in what or what.startswith("compiling the draft") for what in seen), seen
     assert not forward._REGISTRY  # compile_models forgot earlier graphs; the cancelled target was never registered
+
+
+def test_a_load_times_the_forwards_a_run_sizes_its_drafts_from_so_the_first_race_starts_at_once(
+    model_folders, monkeypatch
+):
+    """`time_forwards`: the load times the target's forwards that the cost-aware budget and lookahead's window
+    read before a run (they took 0.4-1.4 s of a session's first run); a race after it times nothing."""
+    import engine.forward_timing as timing
+    from engine.session import RaceSettings
+
+    seen = []
+    methods = ["ar", "vanilla", "lookahead"]
+    session = Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, methods,
+                           dtype="float32", time_forwards=True,
+                           progress=lambda done, total, what: seen.append((done, total, what)))  # fmt: skip
+    assert seen[-1] == (2, 3, "timing the target's forwards (once per session)")
+    assert timing._MEMO[session.target.model]  # what the run will ask for, measured
+
+    def timed_again(*args, **kwargs):
+        raise AssertionError("a run timed the target's forwards after a load that timed them")
+
+    monkeypatch.setattr(timing, "batch_forward_costs", timed_again)
+    ids = session.encode("def add(a, b):")
+    events = list(session.race(ids, RaceSettings(methods, max_new_tokens=8)))
+    assert sum(type(e).__name__ == "RunSummary" for _, e in events) == 3
