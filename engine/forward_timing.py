@@ -82,11 +82,17 @@ def batch_forward_costs(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def measured_once(model: torch.nn.Module, rows: int, widths) -> dict[int, float]:
+def measured_once(
+    model: torch.nn.Module, rows: int, widths, cancel: Callable[[], bool] | None = None
+) -> dict[int, float]:
     """batch_forward_costs, measured once per model, batch size and widths in a session (one to two seconds on an
-    AMX Xeon at B = 4 to 8) and remembered: every batch of that size after the first reuses it."""
+    AMX Xeon at B = 4 to 8) and remembered: every batch of that size after the first reuses it. `cancel()` true
+    stops it: {} then, remembered by nobody."""
     memo = _MEMO.setdefault(model, {})
     key = (rows, tuple(sorted(set(widths))), type(forward_for(model)).__name__)  # compiled or eager: other costs
     if key not in memo:
-        memo[key] = batch_forward_costs(model, rows, key[1])
+        costs = batch_forward_costs(model, rows, key[1], cancel=cancel)
+        if cancel is not None and cancel():
+            return {}
+        memo[key] = costs
     return memo[key]

@@ -94,3 +94,20 @@ def test_a_load_times_the_forwards_a_run_sizes_its_drafts_from_so_the_first_race
     ids = session.encode("def add(a, b):")
     events = list(session.race(ids, RaceSettings(methods, max_new_tokens=8)))
     assert sum(type(e).__name__ == "RunSummary" for _, e in events) == 3
+
+
+def test_closing_the_window_while_the_load_times_forwards_stops_it_at_once(model_folders, monkeypatch):
+    """The timing step stops between forwards when cancelled (about 14 s on SmolLM2-135M, eager) and keeps nothing."""
+    import engine.forward_timing as timing
+    from engine.errors import Cancelled
+
+    timed = []
+    real = timing.time_width
+    monkeypatch.setattr(timing, "time_width", lambda *a, **k: timed.append(1) or real(*a, **k))
+    seen = []
+    closed = lambda: any("timing" in what for what in seen)  # noqa: E731
+    with pytest.raises(Cancelled, match="loading cancelled"):
+        Session.load(str(model_folders["target"]), {"draft": str(model_folders["copy"])}, ["ar", "lookahead"],
+                     dtype="float32", time_forwards=True, cancel=closed,
+                     progress=lambda done, total, what: seen.append(what))  # fmt: skip
+    assert timed == []

@@ -142,8 +142,9 @@ def run_sweep(
         for r in rows[b].values():
             r["speedup"] = round(r["tokens_per_second"] / base, 3) if base else None
             # rows that ended sit idle in a static batch: the share of plain decoding's rows still producing tokens
-            r["rows_in_use"] = round(r["active_rows"] / rows[b]["ar"]["active_rows"], 3)
-            # the parts, in plain steps at this batch size: speedup ~ tau / (draft + verify)
+            plain_rows = rows[b]["ar"]["active_rows"]  # 0 where every prompt ended at its first token
+            r["rows_in_use"] = round(r["active_rows"] / plain_rows, 3) if plain_rows else 1.0
+            # the parts, in plain steps at this batch size: speedup ~ tau x rows in use / (draft + verify)
             r["draft_steps"] = round(r["draft_ms_per_step"] / plain_step, 3) if plain_step else None
             r["verify_steps"] = round(r["verify_ms_per_step"] / plain_step, 3) if plain_step else None
     budget = setup.draft_budget or "full"
