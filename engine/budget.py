@@ -176,9 +176,6 @@ PLAIN_BLOCK = 6
 # five rounds with SETTLE 1 and 2 (each its own memory): EAGLE-3 1.029 -> 1.061x, Medusa 1.051 -> 1.071x, EAGLE-2
 # 1.037 -> 1.020x, vanilla 1.048 -> 1.035x: within this host's noise for each, kept on the measured settling.
 SETTLE = 2
-# From plain steps, drafting must rate this share above them to be chosen (probes aside): each switch runs the first
-# steps of both graphs cold, which no steady price counts.
-SWITCH_MARGIN = 0.0
 # A drafted choice holds for STAY steps (a probe may still come in between): every change of depth switches the
 # target's verify between compiled graphs, each with its own re-blocked weights, and the first steps after a switch
 # run cold. Traced off the suite, vanilla's budget moved between chains 1, 2 and 3 deep every few steps, and its
@@ -376,7 +373,6 @@ class CostAwareBudget(FullBudget):
     stay: int = STAY
     deeper_margin: float = DEEPER_MARGIN
     skip_hopeless: bool = SKIP_HOPELESS
-    switch_margin: float = SWITCH_MARGIN
     stay_left: int = 0  # steps the latest drafted choice still holds (STAY)
     stay_choice: tuple[int, bool] = (0, False)  # ... and that choice: (cap, narrow)
 
@@ -392,7 +388,6 @@ class CostAwareBudget(FullBudget):
             stay=self.stay,
             deeper_margin=self.deeper_margin,
             skip_hopeless=self.skip_hopeless,
-            switch_margin=self.switch_margin,
         )
         self.memory = memory
         if memory and "recent" not in memory:
@@ -473,8 +468,6 @@ class CostAwareBudget(FullBudget):
         best, narrow, spine_first, whole_share = self._best()
         if best > 0 and not self.drafted and not self._repays_entry(best, narrow, left):
             best = 0  # this run has not drafted yet, and drafting would not win back its first draft (ENTRY_COSTS)
-        if best > 0 and self.last_depth == 0 and self.switch_margin and not self._leaves_plain(best, narrow):
-            best = 0  # from plain steps, drafting must rate SWITCH_MARGIN above them (see SWITCH_MARGIN)
         self.plain_best = best == 0
         if best == 0 and self.steps == WARMUP_STEPS and not self.drafted and self._probe_at_start(left):
             self.next_probe = self.steps  # too short a run for its probe at RUN_PROBE_AT: now, where it could pay
@@ -536,12 +529,6 @@ class CostAwareBudget(FullBudget):
         if spine_rates[spine_best] > rates[best]:
             return spine_best, True, True, whole / max(spine_rates[spine_best], 1e-9)
         return best, False, spine_rates[1] > rates[1], whole / max(rates[best], 1e-9)
-
-    def _leaves_plain(self, cap: int, narrow: bool) -> bool:
-        """Whether drafting at `cap` (its spine when `narrow`) rates `switch_margin` above a plain step."""
-        counts = (self.spine_reached, self.spine_accepted) if narrow else self._tree_counts()
-        rate = self._expected(cap, *counts)[-1] / max(self._step_seconds(cap, narrow), 1e-9)
-        return rate > (1 + self.switch_margin) / max(self._seconds([0])[0], 1e-9)
 
     def _hopeless(self, cap: int, narrow: bool, best: int) -> bool:
         """Whether drafting `cap` deep (its spine when `narrow`) would rate below the `best` cap even if every path
