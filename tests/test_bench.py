@@ -118,8 +118,13 @@ def test_the_clock_times_model_calls_and_heads_read_outs_only(setup):
 
 
 def test_sweep_reports_every_batch_size(setup, tmp_path):
-    results = run_benchmark(setup, PROMPTS, ["ar", "vanilla", "lookahead"], batch_sizes=[1, 3])
+    seen = []
+    results = run_benchmark(setup, PROMPTS, ["ar", "vanilla", "lookahead"], batch_sizes=[1, 3],
+                            progress=lambda done, total, what: seen.append(what))  # fmt: skip
     sweep = results["sweep"]
+    # each batch size's forward costs are timed right after its cells, not after the whole sweep (the host drifts)
+    grid_1, grid_3 = (seen.index(f"cost grid: timing batched target forwards at batch {b}") for b in (1, 3))
+    assert seen.index("batch 1 lookahead") < grid_1 < seen.index("batch 3 ar") < grid_3
     assert sweep["batch_sizes"] == [1, 3] and sweep["methods"] == ["ar", "vanilla", "lookahead"]
     assert results["settings"]["draft_budget"] == "full"  # the sweep's default: the physics, undamped
     for b in (1, 3):

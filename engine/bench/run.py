@@ -43,15 +43,11 @@ def run_benchmark(
         },
     }
     if batch_sizes:
-        sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel, continuous)
+        time_grid = lambda b: forward_grid(target.model, [b], cancel=cancel).get(b, {})  # noqa: E731
+        sweep = run_sweep(setup, prompts, methods, batch_sizes, progress, cancel, continuous, time_grid)
         sweep["break_even_batch"] = break_even(sweep)
-        if progress:
-            progress(0, 1, "cost grid: timing batched target forwards")
-        grid = forward_grid(target.model, batch_sizes, cancel=cancel)
-        if progress:
-            progress(1, 1, "cost grid: done")
-        if grid:
-            sweep["forward_ms"] = {b: {k: round(v * 1e3, 3) for k, v in row.items()} for b, row in grid.items()}
+        if "forward_ms" in sweep:  # each batch size's forwards, timed right after its cells
+            grid = {b: {k: ms / 1e3 for k, ms in row.items()} for b, row in sweep["forward_ms"].items()}
             sweep["predictions"] = predict(sweep, grid)
         results["sweep"] = sweep
         return results

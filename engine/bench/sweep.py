@@ -34,8 +34,13 @@ def run_sweep(
     progress: Progress | None = None,
     cancel: Callable[[], bool] | None = None,
     continuous: bool = False,
+    time_grid: Callable[[int], dict[int, float]] | None = None,
 ) -> dict:
     """{"batch_sizes": [...], "rows": {B: {method: {tokens_per_second, speedup, tau, matched_rows, rows}}}}.
+    `time_grid(B)`: the target's forward seconds over B rows by tokens a row ({k: seconds}), timed right after
+    B's cells and kept as "forward_ms", so the prediction's prices and the cells they predict come from the same
+    minutes of this host (whose speed drifts: timed after the whole sweep, the grid once ran 20% faster than the
+    cells had).
 
     Every batch size decodes the same max(len(prompts), max(batch_sizes)) prompts, B rows at a time, so the numbers
     compare the same work: static batches of B prompts by default, each decoded until its slowest row ends while
@@ -86,6 +91,7 @@ def run_sweep(
         if progress:
             progress(done, total, f"warm-up {m}")
     rows: dict = {}
+    forward_ms: dict = {}
     size = max(len(encoded), max(batch_sizes))  # every batch size decodes the same prompts, B at a time
     pool = [encoded[i % len(encoded)] for i in range(size)]
     for b in batch_sizes:
@@ -147,6 +153,10 @@ def run_sweep(
             # the parts, in plain steps at this batch size: speedup ~ tau x rows in use / (draft + verify)
             r["draft_steps"] = round(r["draft_ms_per_step"] / plain_step, 3) if plain_step else None
             r["verify_steps"] = round(r["verify_ms_per_step"] / plain_step, 3) if plain_step else None
+        if time_grid is not None:
+            if progress:
+                progress(done, total, f"cost grid: timing batched target forwards at batch {b}")
+            forward_ms[b] = {k: round(v * 1e3, 3) for k, v in time_grid(b).items()}
     budget = setup.draft_budget or "full"
     return {
         "batch_sizes": list(batch_sizes),
@@ -154,6 +164,7 @@ def run_sweep(
         "rows": rows,
         "continuous": continuous,
         "draft_budget": budget,
+        **({"forward_ms": forward_ms} if time_grid is not None and all(forward_ms.values()) else {}),
     }
 
 
