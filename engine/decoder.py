@@ -113,15 +113,18 @@ class Decoder:
         return [round(q, 5) for q in emitted], top
 
     @torch.no_grad()
-    def time_forwards(self, cancel: CancelCheck = None) -> None:
+    def time_forwards(self, cancel: Callable[[], bool] | None = None) -> None:
         """Time the target forwards that sizing this decoder's drafts reads (lookahead's window widths, the budget's
         spine widths: `measured_once`, once a session), so that a run started later does not wait for them. A
         session's first run spent 0.53 s (the first budgeted method) and 1.46 s (lookahead) there on the bundled target,
         compiled, on the bf16 EPYC; 14 s in all on SmolLM2-135M, eager."""
-        measure = lambda widths: measured_once(self.target, 1, widths, cancel)  # noqa: E731
         if self.cost_aware:
-            self.drafter.fit_batch(1, measure)
-        self.budget.price_forwards(measure)
+            self.drafter.fit_batch(1, lambda widths: self._forward_costs(widths, cancel))
+        self.budget.price_forwards(lambda widths: self._forward_costs(widths, cancel))
+
+    def _forward_costs(self, widths, cancel: Callable[[], bool] | None = None) -> dict[int, float]:
+        """The target's steady one-row forward seconds per token count, measured once a session (`measured_once`)."""
+        return measured_once(self.target, 1, widths, cancel)
 
     @torch.no_grad()
     def stream(self, prompt_ids: list[int], cancel: CancelCheck = None) -> Iterator[StepEvent | RunSummary]:
@@ -131,10 +134,10 @@ class Decoder:
         gen = torch.Generator().manual_seed(self.sampling.seed)
         drafter = self.drafter
         if self.cost_aware:  # lookahead's window sized to this target's forward costs (no depth cap reaches it)
-            drafter.fit_batch(1, lambda widths: measured_once(self.target, 1, widths))
+            drafter.fit_batch(1, self._forward_costs)
         drafter.reset()
         self.budget.reset(remembered(self.target, drafter, 1, self.sampling))
-        self.budget.price_forwards(lambda widths: measured_once(self.target, 1, widths))
+        self.budget.price_forwards(self._forward_costs)
         self.check_fits(len(prompt_ids))
         self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
         cache = self.forward.new_cache(len(prompt_ids) + self.max_new_tokens + self.drafter.extra_positions)

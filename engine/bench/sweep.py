@@ -282,15 +282,18 @@ def predict(sweep: dict, grid: dict[int, dict[int, float]]) -> dict[str, dict]:
             seconds += draft0 * grows + factor * step_cost(a, w)
         return seconds
 
+    plain = {b: priced("ar", b) for b in sizes}
     out = {}
     for m in sweep["methods"]:
         if m == "ar":
             continue
         per_batch = {}
         for b in sizes:
-            mine, plain = priced(m, b), priced("ar", b)
-            ok = mine and plain and rows[b0][m]["tokens"]
-            per_batch[b] = round(rows[b0][m]["tokens"] / mine / (rows[b0]["ar"]["tokens"] / plain), 3) if ok else None
+            mine = priced(m, b)
+            ok = mine and plain[b] and rows[b0][m]["tokens"]
+            per_batch[b] = (
+                round(rows[b0][m]["tokens"] / mine / (rows[b0]["ar"]["tokens"] / plain[b]), 3) if ok else None
+            )
         out[m] = {
             "predicted_speedup": per_batch,
             "predicted_crossover": next((b for b in sizes if (per_batch[b] or 0) <= 1.0), None),
