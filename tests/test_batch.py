@@ -439,7 +439,7 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
     target, _, refs = setup
     measured = []
 
-    def rising(model, rows, widths):
+    def rising(model, rows, widths, cancel=None):  # measured_once's signature
         measured.append(rows)
         return {w: 1.0 + 0.05 * w for w in widths}
 
