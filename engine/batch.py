@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from engine.budget import FullBudget, remembered
@@ -31,7 +32,7 @@ from engine.forward import forward_for, greedy_ids
 from engine.forward_timing import measured_once
 from engine.sampling import SamplingConfig
 from engine.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
-from engine.tree import additive_mask, draft_visibility, node_depths
+from engine.tree import Draft, additive_mask, draft_visibility, host_mask, mask_storage, node_depths
 
 
 @dataclass
@@ -127,6 +128,35 @@ class BatchDecoder:
         mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, past + S]
         ids, positions = ids.to(self.device), positions.to(self.device)
         return self.forward(ids, cache, mask, positions, hidden, self.feature_layers, logits_at)
+
+    def _step_inputs(
+        self, drafts: list[Draft], pending: list[int], live: list[int], cached: list[int], S: int, cache
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A verification forward's ids and positions [L, S] and additive mask [L, 1, S, width] for the batch rows
+        `live` (row i decodes row live[i]: its pending token, draft and side tokens, right-padded to S). Row i sees its
+        own cache entries [0, cached) and its draft's visibility among the new tokens at [past, past + S); padding
+        sees itself only. Built in numpy, `width` the forward's own, so the forward takes the mask as it is: built
+        with torch ops (a dozen a row) it took 0.2-0.4 ms a step at B = 4 on the bundled target."""
+        past, L = cache.get_seq_length(), len(live)
+        width = self.forward.mask_width(cache, S)
+        storage, lowest = mask_storage(self.dtype)
+        ids = np.full((L, S), self.pad, dtype=np.int64)
+        positions = np.empty((L, S), dtype=np.int64)
+        mask = np.full((L, S, width), lowest, dtype=storage)
+        pad_rows = np.arange(S)
+        for i, b in enumerate(live):
+            d = drafts[b]
+            n = 1 + len(d) + len(d.side_tokens)
+            ids[i, 0] = pending[i]
+            ids[i, 1:n] = d.tokens + d.side_tokens
+            mask[i, :, : cached[b]] = 0
+            mask[i, :n, past : past + n][draft_visibility(d.parents, d.side_visible).numpy()] = 0
+            mask[i, pad_rows[n:], past + pad_rows[n:]] = 0  # padding sees itself only
+            positions[i, 0] = cached[b]
+            positions[i, 1:n] = np.add(node_depths(d.parents) + list(d.side_offsets), cached[b])
+            positions[i, n:] = cached[b]
+        mask_t = host_mask(mask, self.dtype)[:, None].to(self.device)  # [L, 1, S, width]
+        return torch.from_numpy(ids).to(self.device), mask_t, torch.from_numpy(positions).to(self.device)
 
     @staticmethod
     def _drop_finished(cache, live: list[int], active: list[bool], cached: list[int]) -> list[int]:
@@ -286,21 +316,11 @@ class BatchDecoder:
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
-            S, past, L = max(sizes[b] for b in live), cache.get_seq_length(), len(live)
+            S, past = max(sizes[b] for b in live), cache.get_seq_length()
             width += S
-            ids = torch.full((L, S), self.pad, dtype=torch.long)
-            visible = torch.zeros(L, S, past + S, dtype=torch.bool)
-            positions = torch.zeros(L, S, dtype=torch.long)
-            for i, b in enumerate(live):  # batch row i is row b (it decodes prompt slot[b])
-                d, n = drafts[b], sizes[b]
-                ids[i, :n] = torch.tensor([states[b].tokens[-1]] + d.tokens + d.side_tokens)
-                visible[i, :, : cached[b]] = True
-                visible[i, :n, past : past + n] = draft_visibility(d.parents, d.side_visible)
-                visible[i, n:, past + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
-                offsets = [0] + node_depths(d.parents) + list(d.side_offsets)
-                positions[i, :n] = cached[b] + torch.tensor(offsets)
-                positions[i, n:] = cached[b]
-            out = self._forward(ids, visible, positions, cache, hidden)
+            pending = [states[b].tokens[-1] for b in live]
+            ids, mask, positions = self._step_inputs(drafts, pending, live, cached, S, cache)
+            out = self.forward(ids, cache, mask, positions, hidden, self.feature_layers)
             forwards += 1
             outcomes, moved_rows, src, dst = {}, [], [], []
             greedy = self.sampling.greedy or any(d.side_tokens for d in drafts)

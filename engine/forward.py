@@ -216,7 +216,8 @@ def _graph_function(model: torch.nn.Module, tag: str = "") -> Callable:
     across models costs a guard check per cached graph that does not match."""
 
     def decode(moves, **kwargs):
-        apply_moves(kwargs["cache"].layers, *moves)  # [MOVE_SLOTS] each: the last compaction's, before this writes
+        # [MOVE_SLOTS] each: the last compaction's sources, destinations (and a batch's rows), before this writes
+        apply_moves(kwargs["cache"].layers, *moves)
         out = model.forward(**kwargs)
         return out, out.logits.argmax(-1)  # [B, S]
 
@@ -369,7 +370,7 @@ class CompiledForward(torch.nn.Module):
             few = B == 1 and STATIC_TOKENS < S <= SMALL_TOKENS and self.small_graph is not None
             graph = self.pair_graph if pair else self.small_graph if few else self.graph
             try:
-                out, greedy = graph(cache.move_inputs(device), **kwargs)
+                out, greedy = graph(cache.move_inputs(device, B), **kwargs)
                 cache.moves_done()
                 out.greedy = greedy
             except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager

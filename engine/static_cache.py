@@ -24,12 +24,16 @@ MOVE_SLOTS = 16
 SPARE_SLOTS = 1
 
 
-def apply_moves(layers, src: torch.Tensor, dst: torch.Tensor) -> None:
-    """Copy entries `src` to `dst` [moves] in every layer's keys and values [B, H, capacity, D]: every source is
-    read before any destination is written. Eager in `settle`, and traced into the compiled forward's graph."""
+def apply_moves(layers, src: torch.Tensor, dst: torch.Tensor, rows: torch.Tensor | None = None) -> None:
+    """Copy entries `src` to `dst` [moves] in every layer's keys and values [B, H, capacity, D] (with `rows`: entry
+    src[i] of batch row rows[i] to dst[i] of that row): every source is read before any destination is written.
+    Eager in `settle`, and traced into the compiled forward's graph."""
     for layer in layers:
         for buf in (layer.keys, layer.values):
-            buf.index_copy_(2, dst, buf.index_select(2, src))
+            if rows is None:
+                buf.index_copy_(2, dst, buf.index_select(2, src))
+            else:
+                buf[rows, :, dst] = buf[rows, :, src]  # [M, H, D]: the right side is read whole first
 
 
 def round_capacity(positions: int) -> int:
@@ -53,11 +57,12 @@ class StaticKVCache(StaticCache):
         self.length = 0
         self._all_live: list | None = None  # every layer, once all have buffers (engine reads them every step)
         self._counters: list[torch.Tensor] = []  # their write counters
-        # A compaction's moves (source and destination positions) not yet done: the next compiled forward does
-        # them in its graph (two index ops per buffer there, against 32 ops of about 7 us each here, eager, on the
-        # bundled target: 0.25 ms a step); anything else that reads or edits the buffers does them first (`settle`).
-        self.moves: tuple[list[int], list[int]] | None = None
-        self._no_moves: tuple[torch.Tensor, torch.Tensor] | None = None  # `move_inputs` when nothing moves
+        # A compaction's moves (batch rows, or None for one row's tail; source and destination positions) not yet
+        # done: the next compiled forward does them in its graph (two index ops per buffer there, against 32 ops of
+        # about 7 us each here, eager, on the bundled target: 0.25 ms a step; a batch's per-row moves took 0.38-0.55
+        # ms a step at B = 4); anything else that reads or edits the buffers does them first (`settle`).
+        self.moves: tuple[list[int] | None, list[int], list[int]] | None = None
+        self._no_moves: dict[bool, tuple[torch.Tensor, ...]] = {}  # `move_inputs` when nothing moves, per kind
 
     def _live(self) -> list:
         """The layers whose buffers exist (the first forward creates them all); kept once all exist."""
@@ -127,7 +132,7 @@ class StaticKVCache(StaticCache):
         self.settle()
         moved = [(start + i, start + o) for i, o in enumerate(offsets) if o != i]
         if moved:
-            self.moves = ([s for _, s in moved], [d for d, _ in moved])
+            self.moves = (None, [s for _, s in moved], [d for d, _ in moved])
             if len(moved) > MOVE_SLOTS:
                 self.settle()
         self.set_length(start + len(offsets))
@@ -138,34 +143,43 @@ class StaticKVCache(StaticCache):
             return
         live = self._live()
         if live:
-            apply_moves(live, *(torch.tensor(x, device=live[0].keys.device) for x in self.moves))
+            rows, src, dst = self.moves
+            device = live[0].keys.device
+            index = [torch.tensor(x, device=device) for x in (src, dst)]
+            apply_moves(live, *index, torch.tensor(rows, device=device) if rows is not None else None)
         self.moves = None
 
-    def move_inputs(self, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pending moves as a compiled forward takes them: sources and destinations [MOVE_SLOTS], padded with
-        entry 0 onto itself (always written: the prompt's first token). They stay pending until `moves_done`."""
-        if self.moves is None:  # no compaction pending (every plain step): the same padding tensors each time
-            if self._no_moves is None or self._no_moves[0].device != torch.device(device):
-                self._no_moves = torch.zeros(2, MOVE_SLOTS, dtype=torch.long, device=device).unbind(0)
-            return self._no_moves
-        src, dst = self.moves
+    def move_inputs(self, device, batch: int = 1) -> tuple[torch.Tensor, ...]:
+        """The pending moves as a compiled forward takes them: sources and destinations [MOVE_SLOTS], and for a
+        batch of more than one row their rows, padded with entry 0 of row 0 onto itself (always written: the
+        prompt's first token). They stay pending until `moves_done`. A batch's graphs always take rows; a row
+        alone (one prompt, or a batch down to its last row) never does."""
+        rowed = batch > 1
+        if self.moves is None:  # no compaction pending (every plain step of one row): the same padding each time
+            kept = self._no_moves.get(rowed)
+            if kept is None or kept[0].device != torch.device(device):
+                kept = torch.zeros(2 + rowed, MOVE_SLOTS, dtype=torch.long, device=device).unbind(0)
+                self._no_moves[rowed] = kept
+            return kept
+        rows, src, dst = self.moves
         pad = [0] * (MOVE_SLOTS - len(src))
-        return torch.tensor([src + pad, dst + pad], device=device).unbind(0)
+        index = [src + pad, dst + pad]
+        if rowed:
+            index.append((rows or [0] * len(src)) + pad)
+        return torch.tensor(index, device=device).unbind(0)
 
     def moves_done(self) -> None:
         self.moves = None
 
     def move_row_entries(self, rows: list[int], src: list[int], dst: list[int], length: int) -> None:
         """Copy entry src[i] of row rows[i] to dst[i] in every layer (all sources read first), then keep `length`
-        entries: engine/cache.py's move_row_entries."""
+        entries: engine/cache.py's move_row_entries. Up to MOVE_SLOTS moves wait for the next compiled forward,
+        which does them in its graph (`move_inputs`); more are done now."""
         self.settle()
-        live = self._live()
-        if rows and live:
-            device = live[0].keys.device
-            r, s, d = (torch.tensor(x, device=device) for x in (rows, src, dst))
-            for layer in live:
-                for buf in (layer.keys, layer.values):  # [B, H, slots, D]
-                    buf[r, :, d] = buf[r, :, s]  # [M, H, D]
+        if rows:
+            self.moves = (list(rows), list(src), list(dst))
+            if len(rows) > MOVE_SLOTS:
+                self.settle()
         self.set_length(length)
 
     def keep_batch_rows(self, rows: list[int]) -> None:
