@@ -3,12 +3,13 @@ verified and accepted on its own, so rows advance by different amounts.
 
 The commit logic (first token, verification, EOS/budget cut, rows for the next draft) is `engine/step.py`'s, the
 same as the single-prompt `Decoder`'s, and both emit StepEvents. Every row keeps its own cache length: after each
-step a per-row gather packs row b's cache to its committed tokens (right-padded to the longest row) and the mask
-hides each row's padding; a row that finished leaves the target's batch (its cache row too). Drafters are per row
-(their pools, pending features and settings). A drafter class may batch its model calls across rows
-(`Drafter.batch_drafting`: vanilla, Medusa, EAGLE-2 and EAGLE-3 make one model call per depth for every row); the
-others draft one row at a time. A drafter sees a `RowView` of the batched output laid out exactly like a batch-1
-forward, so every variant runs unchanged. Given more prompts than rows, finished rows take waiting prompts
+step row b's pending token and accepted path are moved after its own prefix (`move_row_entries`; on the static
+cache inside the next compiled forward), the rows right-padded to the longest, and the mask hides each row's
+padding; a row that finished leaves the target's batch (its cache row too). Drafters are per row (their pools,
+pending features and settings). A drafter class may batch its model calls across rows (`Drafter.batch_drafting`:
+vanilla, Medusa, EAGLE-2 and EAGLE-3 make one model call per depth for every row); the others draft one row at a
+time. A drafter sees a `RowView` of the batched output laid out exactly like a batch-1 forward, so every variant
+runs unchanged. Given more prompts than rows, finished rows take waiting prompts
 (continuous batching, `stream`).
 """
 
