@@ -320,6 +320,9 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
         assert one == eager[method][1:2]
     assert counters["stats"]["unique_graphs"] == graphs
     assert max(rows_read) == len(PROMPTS) and 1 in rows_read  # the batch's read-out ran compiled, and one row's
+    for method in ("ar", "eagle", "lookahead"):  # two rows, finished rows taking waiting prompts: each step's moves
+        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS, rows=2)  # wait for a graph
+        assert res.tokens == eager[method] and res.prefills > 1, method  # that the joins' row edits settle first
 
 
 def test_two_rows_of_two_tokens_run_their_own_graph_exactly(compiled):
