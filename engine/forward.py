@@ -16,7 +16,6 @@ Prefill (an empty cache, any prompt length) runs eager.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import os
@@ -41,55 +40,33 @@ from engine.static_cache import StaticKVCache, apply_moves
 Progress = Callable[[int, int, str], None]
 T = TypeVar("T")
 RECOMPILE_LIMIT = 32
-TUNE_PRODUCTS = "GLANCE_TUNE_PRODUCTS"  # "0": compile without timing each matrix product (tune_products)
+TUNE_PRODUCTS = "GLANCE_TUNE_PRODUCTS"  # "0": compile without timing each matrix product (inductor_options)
 COMPILE_STEPS = 4  # progress reports per compiled model: one token, two, a few, several
-# A one-row forward of two new tokens (a one-deep draft verified, the budget's commonest choice off the suite; a
-# draft model's or head's catch-up after it) runs in a graph specialised to two, as a one-token forward runs in one
-# specialised to one (dynamo's rule for sizes 0 and 1); other sizes run in the symbolic graphs below. Specialised,
-# inductor times each product for two rows (engine.forward.tune_products) where the symbolic graph takes one kernel
-# for any. Measured on the bundled target (float32, the AVX2 EPYC, interleaved, 300 calls each after a 300-token
-# prompt): one token 12.81 ms, two in the symbolic graph 16.14, two in their own graph 13.39; compiling it took 49 s.
+# A one-row forward of two new tokens (a one-deep draft verified, the budget's commonest choice on a CPU) runs in a
+# graph specialised to two, as one token runs in one specialised to one: inductor then picks each product's kernel
+# for exactly that shape, where a symbolic graph takes one kernel for every size.
 STATIC_TOKENS = 2
-# A one-row forward of three or four new tokens (spines two and three deep) runs in a symbolic graph of its own,
-# traced at three, and five or more (trees, lookahead's window) in one traced at SEVERAL_TOKENS. Inductor picks each
-# product's kernel once, at the size a graph is traced at (tune_products), and that pick serves every size the graph
-# runs. One graph traced at three (as it was) scaled badly: forwards of 8 / 16 / 64 new tokens (bf16, this 2-core
-# EPYC without AMX, 128 cached tokens) took 9.9 / 14.4-17.4 / 41-54 ms on the bundled target and 55.7 / 100 / 348 ms
-# on SmolLM2-135M (eager: 46 / 53 / 100), where traced at 16 they took 5.4-6.5 / 6.5-6.6 / 15 ms and 26-28 / 31-32 /
-# 74-77 ms. Traced at 16 alone, four tokens slowed from 5.3-5.9 to 6.4-6.6 ms (lookahead's fitted window, as decoded
-# off the suite) and from about 16 to 20-24 ms on SmolLM2, and lookahead fell from 1.62x to 1.22x of plain decoding.
+# Three or four new tokens run in a symbolic graph traced at three, five or more (trees, lookahead's window) in one
+# traced at SEVERAL_TOKENS: inductor picks each product's kernel at the size a graph is traced at, and one graph for
+# every size either slowed 64-token forwards several-fold (traced small) or four-token ones by a fifth (traced large).
 SMALL_TOKENS = 4
-# Two rows of two new tokens each (one-deep drafts verified in a batch of two; every batch of four once two of its
-# rows have finished) run in a graph of their own, its products inductor's C++ kernel (as one row's two tokens): in
-# the batches' symbolic graph (then traced at three tokens, products timed) such a forward cost 1.4 one-token
-# forwards of the two rows (the sweep's grid: 4.7 against 3.3 ms), where one row's two tokens cost 1.1 of its one.
-# Interleaved in one process (bundled target, bf16 EPYC, 128 cached tokens each): 3.37 against 4.38 ms, a one-token
-# forward of the two rows 3.1. A graph of its own at three and four rows (products timed, as at six and eight rows
-# the C++ kernel ran slower: 9.8 against 6.0 ms at four rows) ran level with the symbolic graph (4.84 / 4.88 and
-# 6.15 / 6.16 ms), so those stay in it.
+# Two rows of two new tokens (one-deep drafts verified in a batch of two, and every batch of four once two rows have
+# finished) run in a graph of their own with inductor's C++ products, as one row's two tokens do; three and four
+# rows ran level in the batches' symbolic graph and stay there.
 PAIR_ROWS = 2
-# Batches' symbolic graph (two tokens a row and more, but PAIR_ROWS') is traced at this many tokens a row, so the
-# products' kernels are timed at rows x 8. Traced at three (as it was), interleaved in one process against traced at
-# eight (bundled target, bf16 EPYC, 128 cached tokens, ms for 3 / 4 / 5 / 8 tokens a row): two rows 4.98 / 5.62 /
-# 5.98 / 7.17 against 5.13 / 5.52 / 5.80 / 6.66, four rows 7.28 / 7.85 / 8.90 / 11.47 against 7.23 / 7.61 / 8.44 /
-# 10.32: level at three tokens, 2-10% faster from four on (lookahead's windows, trees, spines three deep).
+# Batches' symbolic graph is traced at this many tokens a row, so its products are picked for rows x 8: level with
+# three tokens a row at three, faster from four on (lookahead's windows, trees).
 BATCH_TRACE_TOKENS = 8
 SEVERAL_TOKENS = 16
 # New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
 # steps. Larger ones build their primitives when first seen.
 WARM_ROWS = 40
-# The one- and two-token graphs of one row take inductor's C++ kernel for every product it can write, untimed: timed
-# product by product (tune_products), oneDNN's call won most of the two-token graph's products, and that graph ran a
-# two-token forward of the bundled target at 1.25-1.35x a one-token one (bf16 EPYC, interleaved, 128 and 256 cached
-# tokens). With the C++ kernel throughout it ran at 1.0-1.1x, and one-deep spines every step went from 0.85-0.99x to
-# 0.95-1.15x of plain decoding off the suite. The symbolic graph (three tokens and more: trees, windows) keeps the
-# timed choice: there the C++ kernel throughout ran 8 to 64 tokens 20-40% slower. Batched graphs keep it too.
-# EAGLE's one-row drafting graph (engine/heads/compiled_step.py) takes it as well: interleaved in one process (300
-# cached pairs), the EAGLE head's call took 1.02, 0.92, 0.98 ms for 1, 2, 4 new rows against 1.03, 1.08, 1.06 timed,
-# EAGLE-3's 0.83, 0.77, 0.81 against 0.83, 0.99, 0.91; at 8 rows (a catch-up after plain steps) 2.17 and 1.81
-# against 1.54 and 1.45, which drafting meets once per switch, where 2-4 rows come every drafted step.
+# The one- and two-token graphs of one row (and EAGLE's one-row drafting graph) take inductor's C++ kernel for every
+# product, untimed: timed one product at a time, oneDNN won most of them, yet the whole forward then ran a quarter
+# slower than with the C++ kernel throughout. Graphs of three tokens and more keep the timed choice.
 SMALL_GRAPH_PRODUCTS = "CPP"
+TIMED_PRODUCTS = "CPP,ATEN"  # the other graphs: inductor's C++ kernel or oneDNN's call, whichever times faster
 
 
 def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int, device) -> dict:
@@ -159,42 +136,77 @@ def trusted_guards(entries) -> list[bool]:
     """Which of dynamo's guards a compiled graph keeps checking on every call: those on its inputs (shapes, strides,
     dtypes, the cache's tensors and lengths), not those on nn modules' attributes or on globals. A graph compiled
     for a CPU already holds the weights as constants (freezing), so a model or head must not change after compiling
-    anyway; checking those guards cost 0.35 ms per call of the bundled target (dynamo's lookup: 441 us, now 95)."""
+    anyway; checking those guards cost a twentieth of a plain decoding step on a CPU."""
     modules = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
     globals_ = torch.compiler.skip_guard_on_globals_unsafe(entries)
     return [a and b for a, b in zip(modules, globals_)]
 
 
-def tune_products() -> None:
-    """Let inductor write each matrix product of a CPU graph as its own C++ kernel (its GEMM template: the weight
-    re-blocked for AMX or AVX-512, the norm before it and the activation or residual after it fused in), timed against
-    oneDNN's call once per shape while compiling, instead of calling oneDNN for every product. Measured here (bf16, two
-    threads, off-suite prompts, two rounds in separate processes): plain decoding 194-203 -> 309-311 tok/s, the draft
-    model's one-token forward 0.96 -> 0.70 ms; compiling the bundled models took 101 -> 215 s with an empty cache (70
-    -> 87 s with inductor's cache warm). Global, as freezing is: read whenever a graph compiles. Its reports on
-    stderr stay off (every timing, a JSON line per product, a deprecation warning from its benchmarking).
-    `GLANCE_TUNE_PRODUCTS=0` skips the timing: compiling is several times faster, every forward slower (the test
-    suite compiles dozens of tiny graphs whose speed nobody reads)."""
-    if os.environ.get(TUNE_PRODUCTS, "1") == "0":
-        return
-    torch._inductor.config.max_autotune_gemm = True
-    torch._inductor.config.max_autotune_gemm_backends = "CPP,ATEN"
-    torch._inductor.config.autotune_num_choices_displayed = 0
-    torch._inductor.config.max_autotune_report_choices_stats = False
-    warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning, "torch._inductor.select_algorithm")
+def inductor_options(frozen: bool, generated_products: bool = False) -> dict:
+    """Inductor's options for one graph, passed to its own `torch.compile` and so scoped to it (nothing is set
+    process-wide). `frozen` (a CPU graph without gradients): the weights become constants that inductor packs, and
+    linears reading one input (q/k/v, gate/up) become one product, since each oneDNN call costs tens of microseconds
+    on top of its arithmetic. Unless `GLANCE_TUNE_PRODUCTS=0`, inductor also writes each matrix product as its own
+    C++ kernel (its GEMM template, the weight re-blocked and its neighbours fused), timed against oneDNN's call once
+    per shape while compiling; `generated_products` takes that kernel untimed (SMALL_GRAPH_PRODUCTS). Timing makes
+    every forward faster and compiling about twice as slow, so the test suite turns it off."""
+    if not frozen:
+        return {}
+    options: dict = {"freezing": True, "cpp.enable_concat_linear": True}
+    if os.environ.get(TUNE_PRODUCTS, "1") != "0":
+        options.update(
+            max_autotune_gemm=True,
+            max_autotune_gemm_backends=SMALL_GRAPH_PRODUCTS if generated_products else TIMED_PRODUCTS,
+            autotune_num_choices_displayed=0,  # inductor's timing reports stay off the user's terminal
+            max_autotune_report_choices_stats=False,
+        )
+    return options
 
 
-def small_graph_products(applies: bool) -> contextlib.AbstractContextManager:
-    """Where products are tuned (a frozen CPU graph), graphs compiled inside take SMALL_GRAPH_PRODUCTS only when
-    `applies`; a graph compiled later, for a new shape, takes the timed choice."""
-    if not (applies and torch._inductor.config.freezing and torch._inductor.config.max_autotune_gemm):
-        return contextlib.nullcontext()
-    return torch._inductor.config.patch(max_autotune_gemm_backends=SMALL_GRAPH_PRODUCTS)
+# Inductor's product timing warns once per process through a deprecated storage API; the warning says nothing to
+# a Glance user.
+warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning, "torch._inductor.select_algorithm")
 
 
-def compile_function(fn: Callable) -> Callable:
-    """`fn` under torch.compile as Glance compiles every decoding graph: symbolic sizes, input guards only."""
-    return torch.compile(fn, dynamic=True, options={"guard_filter_fn": trusted_guards})
+class ScopedGraph:
+    """A function under `torch.compile` whose settings hold only while it runs. Inductor's options go to the compile
+    itself; what dynamo reads while tracing (freezing, duck shapes, the recompile limit) is set around each call
+    with torch's low-overhead patcher (a few microseconds) and restored after it: torch keeps these settings per
+    thread, and a graph traced lazily, on a later call, must see the same ones as its warm-up did."""
+
+    def __init__(self, fn: Callable, options: dict) -> None:
+        self.options = options
+        self.compiled = torch.compile(fn, dynamic=True, options={"guard_filter_fn": trusted_guards, **options})
+        # Sizes that happen to be equal at tracing must not become one symbol (dynamo's "duck shaping"): a 64-wide
+        # window traced beside 64-wide heads specialised every graph to windows of 64.
+        self._patchers = [
+            torch.fx.experimental._config._make_closure_patcher(use_duck_shape=False),
+            # one model at one and several tokens, one and several rows, can pass dynamo's default of 8 graphs
+            torch._dynamo.config._make_closure_patcher(recompile_limit=RECOMPILE_LIMIT),
+        ]
+        if options.get("freezing"):  # dynamo makes the weights graph constants only while freezing is on
+            self._patchers.append(torch._inductor.config._make_closure_patcher(freezing=True))
+
+    def __call__(self, *args, **kwargs):
+        reverts = [patch() for patch in self._patchers]
+        try:
+            return self.compiled(*args, **kwargs)
+        finally:
+            for revert in reversed(reverts):
+                revert()
+
+
+def compiles_frozen(module: torch.nn.Module) -> bool:
+    """Whether `module`'s graphs compile with frozen weights: on a CPU, where packing them for oneDNN made a
+    one-token forward of the bundled target about 40% faster."""
+    param = next(module.parameters(), None)
+    return param is not None and param.device.type == "cpu"
+
+
+def compile_function(fn: Callable, frozen: bool = False, generated_products: bool = False) -> ScopedGraph:
+    """`fn` under torch.compile as Glance compiles every decoding graph: symbolic sizes, input guards only, its own
+    inductor options (inductor_options)."""
+    return ScopedGraph(fn, inductor_options(frozen, generated_products))
 
 
 def _mark_tokens_static(kwargs: dict, rows: bool = False) -> None:
@@ -243,21 +255,8 @@ class CompiledForward(torch.nn.Module):
         """`compile=False`: the same static cache and masks, run eager (what a failed compile falls back to)."""
         super().__init__()
         self.__dict__["model"] = model  # not a submodule: the model stays the caller's
-        # Each model has its own code object (_graph_function), but one model at one and several tokens, one and
-        # several rows, with and without per-row masks, can pass dynamo's default limit of 8 graphs.
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        # On a CPU, freezing folds the weights into the graph as constants, so inductor packs them for oneDNN's
-        # matrix products: a one-token forward of the bundled target took 5.3 ms against 8.8 without (and 14-18 eager).
-        # (Set globally: per-call options did not reach the lazily compiled graphs. It applies to graphs compiled
-        # without gradients only, so training's compiled steps are untouched.)
-        self.frozen = next(model.parameters()).device.type == "cpu" and compile
+        self.frozen = compile and compiles_frozen(model)
         if self.frozen:
-            torch._inductor.config.freezing = True
-            # Frozen linears that read the same input (q/k/v, gate/up) become one matrix product: each oneDNN call
-            # costs tens of microseconds on top of its arithmetic, and a one-token forward makes 57 of them.
-            # Interleaved here: the bundled target 12.3 -> 10.8 ms per one-token forward, the draft 2.1 -> 1.8 ms.
-            torch._inductor.config.cpp.enable_concat_linear = True
-            tune_products()
             # One packed copy of the weights for every graph and the eager prefill (engine/packed.py): with a copy
             # per graph, a drafted step evicted the one-token graph's and the plain steps after it ran slow.
             pack_linears(model)
@@ -265,18 +264,30 @@ class CompiledForward(torch.nn.Module):
         # attention_window.py); a model whose attention does not dispatch through transformers' registry keeps
         # masks over the whole capacity.
         self.windowed = wrap_attention(model)
-        # Sizes that happen to be equal at tracing must not become one symbol (dynamo's "duck shaping"): a 64-wide
-        # window traced beside 64-wide heads specialised every graph to windows of 64, and each later width compiled
-        # a graph of its own. (Global, as freezing is: read whenever dynamo traces.)
-        torch.fx.experimental._config.use_duck_shape = False
-        self.graph = compile_function(_graph_function(model)) if compile else None
-        # one row, three or four new tokens (SMALL_TOKENS): products picked for a few rows
-        self.small_graph = compile_function(_graph_function(model, "_few")) if compile else None
-        # two rows, two new tokens each (PAIR_ROWS): its own graph, products picked for four
-        self.pair_graph = compile_function(_graph_function(model, "_pair")) if compile else None
+        graph = functools.partial(self._compile, compile)
+        # one row, one or two new tokens (STATIC_TOKENS): products as inductor's C++ kernel, untimed
+        self.one_graph = graph("_one", generated_products=True)
+        # one row, three or four new tokens (SMALL_TOKENS): products timed for a few rows
+        self.small_graph = graph("_few")
+        # two rows, two new tokens each (PAIR_ROWS): C++ kernels, untimed
+        self.pair_graph = graph("_pair", generated_products=True)
+        # everything else: one row's several tokens, batches
+        self.graph = graph("")
         self.strict = False  # while warming up: a compile error propagates instead of falling back
         self.failure: str | None = None
         self._ramp: torch.Tensor | None = None  # the causal mask's row template (_causal)
+
+    def _compile(self, compile: bool, tag: str, generated_products: bool = False) -> ScopedGraph | None:
+        """The compiled graph function for one kind of call (`tag`), or None when running eager."""
+        if not compile:
+            return None
+        return compile_function(_graph_function(self.model, tag), self.frozen, generated_products)
+
+    def _graph_for(self, B: int, S: int) -> Callable:
+        """The graph a forward of B rows of S new tokens runs (every graph is set, or none is)."""
+        if B == 1:
+            return self.one_graph if S <= STATIC_TOKENS else self.small_graph if S <= SMALL_TOKENS else self.graph
+        return self.pair_graph if (B, S) == (PAIR_ROWS, STATIC_TOKENS) else self.graph
 
     def new_cache(self, positions: int) -> StaticKVCache:
         cache = StaticKVCache(self.model.config, positions)
@@ -364,11 +375,10 @@ class CompiledForward(torch.nn.Module):
             if not cache.pinned:
                 cache.unpin()  # the buffers exist now (created by the first write)
         else:
-            pair = B == PAIR_ROWS and S == STATIC_TOKENS and self.pair_graph is not None
+            pair = B == PAIR_ROWS and S == STATIC_TOKENS
             if S == STATIC_TOKENS and B == 1 or pair:
                 _mark_tokens_static(kwargs, rows=pair)
-            few = B == 1 and STATIC_TOKENS < S <= SMALL_TOKENS and self.small_graph is not None
-            graph = self.pair_graph if pair else self.small_graph if few else self.graph
+            graph = self._graph_for(B, S)
             try:
                 out, greedy = graph(cache.move_inputs(device, B), **kwargs)
                 cache.moves_done()
@@ -415,15 +425,12 @@ class CompiledForward(torch.nn.Module):
                     mask = None  # batches always pass a mask per row [B, 1, S, past + S]: only those graphs
                     if b > 1:
                         mask = torch.zeros(b, 1, width, cache.length + width, dtype=self.model.dtype, device=device)
-                    # SMALL_GRAPH_PRODUCTS: one row's one and two tokens, two rows' two (PAIR_ROWS)
-                    generated = width <= STATIC_TOKENS if b == 1 else width == STATIC_TOKENS
-                    with small_graph_products(self.frozen and generated):
-                        self(torch.zeros(b, width, dtype=torch.long, device=device), cache, mask)
+                    self(torch.zeros(b, width, dtype=torch.long, device=device), cache, mask)
         finally:
             self.strict = False
 
     def _give_up(self, exc: Exception) -> None:
-        self.graph = self.small_graph = self.pair_graph = None
+        self.graph = self.one_graph = self.small_graph = self.pair_graph = None
         self.failure = f"torch.compile failed ({reason(exc)}): running {type(self.model).__name__} eager"
         _REGISTRY.pop(self.model, None)
 

@@ -100,3 +100,30 @@ def model_folders(tmp_path_factory):
         model.save_pretrained(folders[name])
         tk.save_pretrained(folders[name])
     return folders
+
+
+@pytest.fixture(autouse=True)
+def fresh_budget_memory():
+    """Every test starts with no remembered budget runs: the budget remembers the last run of each target and
+    drafter for the whole process, and a test must not read what another test's run left there."""
+    from engine import budget
+
+    budget._MEMORY.clear()
+    budget._PLAIN.clear()
+    yield
+
+
+# Modules that compile graphs or run the real model take minutes where the rest take seconds: two workers finish
+# together only if these start first. A stable sort on top of pytest-randomly's shuffle keeps each module's tests
+# together and in their shuffled order, and the other modules in theirs; pytest-xdist hands modules out in
+# collection order (--no-loadscope-reorder in pyproject.toml).
+HEAVY_MODULES = ("test_compiled.py", "test_app.py", "test_real_model.py", "test_bundled.py", "test_packed.py")
+
+
+def _weight(item) -> int:
+    module = item.path.name
+    return HEAVY_MODULES.index(module) if module in HEAVY_MODULES else len(HEAVY_MODULES)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    items.sort(key=_weight)

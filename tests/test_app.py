@@ -648,6 +648,7 @@ def test_no_garbage_collection_runs_on_the_worker_thread(qtbot, tiny_window):
     assert gc.isenabled()
 
 
+@pytest.mark.slow
 def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot, tmp_path, model_folders, closing):
     from engine.forward import CompiledForward, forward_for, uncompile
 
@@ -656,8 +657,7 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
     qtbot.addWidget(win)
     closing(win)
     assert win.model_panel.compile.isChecked()  # on by default: the bench shows it winning on every method
-    win.model_panel.target.setText(str(model_folders["target"]))
-    win.model_panel.draft.setText(str(model_folders["copy"]))
+    win.model_panel.target.setText(str(model_folders["target"]))  # the target alone: compiling is what is tested
     win.model_panel.dtype.setCurrentText("float32")
     seen: list[str] = []
     win.controller.progress.connect(lambda done, total, what: seen.append(what))
@@ -666,16 +666,15 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
     try:
         assert win.models is not None, win.banner.text()
         assert "compiling the target for one token (once per session)" in seen
-        assert "compiling the draft model for several tokens (once per session)" in seen
+        assert "compiling the target for several tokens (once per session)" in seen
         assert isinstance(forward_for(win.controller.session.target.model), CompiledForward)
         assert "compiled the target in" in win.model_panel.info.text()
         settings.setValue("max_new", 16)
         win.gen_panel.max_new.setValue(16)
-        run_race(qtbot, win, ["ar", "vanilla"])
-        assert win.lanes["vanilla"].stats.tokens == win.lanes["ar"].stats.tokens
+        run_race(qtbot, win, ["ar", "lookahead"])
+        assert win.lanes["lookahead"].stats.tokens == win.lanes["ar"].stats.tokens
     finally:
         uncompile(win.controller.session.target.model)
-        uncompile(win.controller.session.parts["draft"].model)
 
 
 def test_the_inspector_names_a_narrow_cap():

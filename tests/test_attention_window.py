@@ -48,6 +48,7 @@ def test_attention_reads_no_slot_past_the_window_and_computes_what_all_slots_com
     assert not model.config._attn_implementation.startswith(PREFIX)  # the model's own attention again
 
 
+@pytest.mark.slow
 def test_one_compiled_graph_serves_every_window_up_to_the_whole_capacity():
     """Heads 64 wide, as the first window is: traced together they became one symbol, and every later window width
     compiled a graph of its own (dynamo's duck shaping). Decoding to the capacity's last window compiles nothing."""

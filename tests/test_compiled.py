@@ -51,6 +51,17 @@ def makers(target, draft) -> dict:
     }
 
 
+def shallow_copy(target):
+    """A draft of the target's architecture: its first layer, perturbed. Compiling costs time per layer, and two
+    compiled models of one architecture are what the tests below need."""
+    draft = perturbed_copy(target, 0.3)
+    draft.model.layers = draft.model.layers[:1]
+    draft.config.num_hidden_layers = 1
+    if getattr(draft.config, "layer_types", None):
+        draft.config.layer_types = draft.config.layer_types[:1]
+    return draft
+
+
 def decode_all(target, make, prompts) -> dict:
     """Every method's greedy tokens per prompt, alone (Decoder), and as one batch (BatchDecoder)."""
     out = {}
@@ -201,10 +212,10 @@ def test_per_row_moves_keep_what_a_gather_keeps():
 
 @pytest.fixture(scope="module")
 def compiled():
-    """A 4-layer Llama target, a 2-layer draft and the EAGLE heads' drafting steps, compiled and warmed up once for
+    """A 2-layer Llama target, a one-layer draft and the EAGLE heads' drafting steps, compiled and warmed up once for
     the module; `make` builds drafters over these same heads."""
-    target = deep_target("llama", seed=0, vocab=96)
-    draft = perturbed_copy(target, 0.3)
+    target = tiny_model("llama", seed=0, sharpen=4.0)  # two layers: every graph compiles in seconds fewer
+    draft = shallow_copy(target)
     make = makers(target, draft)
     eager = decode_all(target, make, PROMPTS)  # before compiling: the eager path's tokens
     heads = [make["eagle"]().head, make["eagle3"]().head]
@@ -220,6 +231,7 @@ def compiled():
     uncompile_readout(medusa.heads)
 
 
+@pytest.mark.slow
 def test_compiling_reports_its_time_and_registers_the_forward(compiled):
     target, draft, _, reports, make = compiled
     assert all(r.compiled for r in reports), [r.line() for r in reports]
@@ -244,6 +256,7 @@ def test_compiling_reports_its_time_and_registers_the_forward(compiled):
     torch.testing.assert_close(first_values, eager_values[:1])
 
 
+@pytest.mark.slow
 def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(compiled):
     """The target and its draft have the same architecture, and on a CPU each graph
     holds its model's weights as constants: each must still compute with its own, over its own cache, in each of its
@@ -261,12 +274,13 @@ def test_two_compiled_models_of_one_architecture_each_run_their_own_weights(comp
             torch.testing.assert_close(torch.cat([one, two, several], 1), whole[:, 8:], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compiled):
     target, draft, eager, _, make = compiled
     calls = {}
     for method in ("eagle", "eagle3"):  # count the heads' compiled steps: drafting must run them
         step = compiled_step_of(make[method]().head)
-        step.graph = counted(step.graph, calls, method)
+        step.one_row = counted(step.one_row, calls, method)
     readout = compiled_readout_of(make["medusa"]().heads)  # and Medusa's compiled read-outs (every head; head 0)
     for key in readout.graphs:
         readout.graphs[key] = counted(readout.graphs[key], calls, "medusa")
@@ -297,6 +311,7 @@ def test_compiled_decoding_is_exact_for_every_method_and_never_recompiles(compil
     assert counters["stats"]["unique_graphs"] == graphs
 
 
+@pytest.mark.slow
 def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(compiled):
     """The sweep warms up batched graphs before its timed cells; a batch run, vanilla's batched draft included, must
     then find every graph it needs (a miss once cost vanilla's first batch-2 cell three compiles: 0.4x)."""
@@ -325,6 +340,7 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
         assert res.tokens == eager[method] and res.prefills > 1, method  # that the joins' row edits settle first
 
 
+@pytest.mark.slow
 def test_two_rows_of_two_tokens_run_their_own_graph_exactly(compiled):
     """A batch of two rows verifying one-deep drafts runs a graph of its own (engine/forward.py: PAIR_ROWS), warmed
     up with the batched graphs: its logits are the eager model's, and it compiles nothing new."""
@@ -393,13 +409,13 @@ def test_a_head_graph_that_fails_mid_run_finishes_the_run_eager():
     head = random_head(target)
     step = CompiledDraftStep(head)
 
-    step.graph = _broken_graph
+    step.one_row = _broken_graph
     draft_step(head).__dict__["compiled"] = step
     try:
         drafter = EagleDrafter(head, top_k=3, depth=3, total_tokens=8)
         res = Decoder(target, drafter, max_new_tokens=NEW).generate(PROMPTS[1])
         assert res.tokens == reference(target, PROMPTS[1])[:NEW]
-        assert step.failure.startswith("torch.compile failed (recompile failed)") and step.graph is None
+        assert step.failure.startswith("torch.compile failed (recompile failed)") and step.one_row is None
         assert compiled_step_of(head) is None  # the next run drafts eager from the start
     finally:
         uncompile_head(head)
@@ -467,7 +483,7 @@ def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
         kwargs["cache"].layers[0].cumulative_length.add_(3)  # a half-run graph may have moved the counters
         raise RuntimeError("recompile failed")
 
-    forward.graph = broken
+    forward.graph = forward.one_graph = forward.small_graph = forward.pair_graph = broken
     register(target, forward)
     try:
         res = Decoder(target, VanillaDrafter(perturbed_copy(target, 0.3), gamma=3), max_new_tokens=NEW).generate(
@@ -480,6 +496,7 @@ def test_a_graph_that_fails_mid_run_finishes_the_run_eager():
         uncompile(target)
 
 
+@pytest.mark.slow
 def test_the_compiled_graph_returns_every_rows_argmax(compiled):
     """Greedy verification, lookahead's guesses and vanilla's greedy drafts read the argmax the graph computes: it
     must be the argmax of the logits it returns, on one row and on several."""
@@ -501,9 +518,14 @@ def test_forgetting_compiled_forwards_and_steps_frees_their_models_and_heads():
     import gc
     import weakref
 
+    from engine import forward
     from engine.forward import forget_compiled
     from engine.heads.compiled_step import forget_compiled_steps
+    from engine.heads.readout import draft_steps
 
+    # what other tests compiled (this module's fixture) is compiled again afterwards: forgetting is global
+    kept = dict(forward._REGISTRY)
+    kept_steps = [(step, step.compiled) for step in draft_steps() if step.compiled is not None]
     target = tiny_model("llama", seed=0)
     head = random_head(target)
     register(target, CompiledForward(target, compile=False))
@@ -515,4 +537,10 @@ def test_forgetting_compiled_forwards_and_steps_frees_their_models_and_heads():
     forget_compiled()
     forget_compiled_steps()
     gc.collect()
-    assert all(r() is None for r in refs)
+    try:
+        assert all(r() is None for r in refs)
+    finally:
+        for model, compiled_forward in kept.items():
+            register(model, compiled_forward)
+        for step, compiled_step in kept_steps:
+            step.__dict__["compiled"] = compiled_step

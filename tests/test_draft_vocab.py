@@ -170,6 +170,7 @@ def test_training_medusa_writes_a_vocabulary(model_folders, tmp_path):
         assert (out / DRAFT_VOCAB).exists() == (expect is not None)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shared", [True, False])
 def test_medusa_reads_those_rows_and_stays_lossless(shared):
     """Heads sharing the target's LM head read its rows once; heads with their own projections read their own

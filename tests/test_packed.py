@@ -108,6 +108,7 @@ def test_a_cpu_whose_onednn_cannot_multiply_the_dtype_leaves_the_model_as_it_is(
         packed._runs_in.cache_clear()
 
 
+@pytest.mark.slow
 @packs_bf16
 def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weights():
     """Compiling packs the model first: the one-, two-, few- and several-token graphs all read the one packed copy
@@ -136,20 +137,18 @@ def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weig
         uncompile(model)
 
 
+@pytest.mark.slow
 def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd, monkeypatch):
-    """engine.forward.tune_products: a graph's matrix products are timed while compiling (oneDNN's call against
+    """engine.forward.inductor_options: a graph's matrix products are timed while compiling (oneDNN's call against
     inductor's C++ GEMM kernel), not sent to oneDNN unasked, and none of inductor's timing reports reach the user's
-    terminal; the tuned graph computes what the eager model computes. Both caches off, so the timing runs here
-    rather than being read from an earlier compile. The one- and two-token graphs take the C++ kernel untimed
-    (SMALL_GRAPH_PRODUCTS: timed, oneDNN won most of the bundled target's two-token products, and a one-deep draft's
-    verify cost 1.25-1.35 one-token forwards on the bf16 EPYC); the two symbolic graphs are timed, one at three rows
-    (three and four tokens), one at SEVERAL_TOKENS (timed at three, its picks ran 64 new tokens at 2.5-4.5x the cost
-    of picks timed at 16)."""
-    from engine.forward import SEVERAL_TOKENS, TUNE_PRODUCTS
+    terminal; the tuned graph computes what the eager model computes, and the thread's inductor settings are as
+    they were. Both caches off, so the timing runs here rather than being read from an earlier compile. The one-token
+    graph takes the C++ kernel untimed (SMALL_GRAPH_PRODUCTS, as the two-token one does); the symbolic graph of three
+    and four tokens is timed (as the several-token one is)."""
+    from engine.forward import TUNE_PRODUCTS
 
     monkeypatch.setenv(TUNE_PRODUCTS, "1")  # the suite compiles untuned (conftest); this test is about tuning
-    for option in ("max_autotune_gemm", "max_autotune_gemm_backends"):  # and leaves later compiles untuned
-        monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
+    settings = torch._inductor.config.get_config_copy()
     model = half("llama")
     forward = CompiledForward(model)
     timed = {}
@@ -163,20 +162,18 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
 
         return run
 
-    forward.graph, forward.small_graph = counted(forward.graph), counted(forward.small_graph)
+    forward.one_graph, forward.small_graph = counted(forward.one_graph), counted(forward.small_graph)
+    forward.strict = True  # a compile error fails the test rather than falling back
     try:
-        with torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False):
-            forward.warm_up()
-        assert set(timed) == {1, 2, 3, SEVERAL_TOKENS} and timed[1] == timed[2] == 0, timed
-        assert timed[3] > 0 and timed[SEVERAL_TOKENS] > 0, timed  # two symbolic graphs, each timed at its size
-        assert torch._inductor.config.max_autotune_gemm
-        err = capfd.readouterr().err
-        assert "AUTOTUNE" not in err and "Autotune Choices" not in err and "TypedStorage" not in err, err[-2000:]
-        with torch.no_grad():
+        with torch._inductor.config.patch(fx_graph_cache=False, autotune_local_cache=False), torch.no_grad():
             cache = forward.new_cache(16)
-            forward(IDS[:, :8], cache)
+            forward(IDS[:, :8], cache)  # eager prefill
             got = torch.cat([forward(IDS[:, 8:9], cache).logits, forward(IDS[:, 9:], cache).logits], 1)
             whole = model(input_ids=IDS).logits
+        assert set(timed) == {1, 3} and timed[1] == 0 and timed[3] > 0, timed
+        assert torch._inductor.config.get_config_copy() == settings  # the options were the graphs' own
+        err = capfd.readouterr().err
+        assert "AUTOTUNE" not in err and "Autotune Choices" not in err and "TypedStorage" not in err, err[-2000:]
         torch.testing.assert_close(got.float(), whole[:, 8:].float(), atol=0.05, rtol=0.02)
     finally:
         uncompile(model)
@@ -185,38 +182,40 @@ def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd,
 @packs_bf16
 def test_a_one_row_drafting_step_compiles_with_generated_kernels_and_a_batched_one_with_timed_products(monkeypatch):
     """EAGLE's one-row drafting graph compiles with SMALL_GRAPH_PRODUCTS (timed, oneDNN won the head's products and
-    a call of two to four rows ran 8-22% slower); the batched graphs keep the timed choice. The graph is replaced by
-    the eager step that records the setting each warm-up call compiles under (the target's test above shows
-    inductor times nothing under it)."""
-    from engine.forward import SMALL_GRAPH_PRODUCTS, TUNE_PRODUCTS, tune_products
+    a call of two to four rows ran slower); the batched graph keeps the timed choice. Each graph carries its own
+    options (the target's test above shows inductor times nothing under the generated choice), and warming both up
+    leaves the thread's inductor settings as they were."""
+    from engine.forward import SMALL_GRAPH_PRODUCTS, TIMED_PRODUCTS, TUNE_PRODUCTS
     from engine.heads.compiled_step import CompiledDraftStep
     from engine.heads.eagle3 import Eagle3Head
+
+    monkeypatch.setenv(TUNE_PRODUCTS, "1")
+    settings = torch._inductor.config.get_config_copy()
+    head = Eagle3Head.for_target(half("llama"), torch.arange(0, 96, 2)).to(torch.bfloat16).eval()
+    step = CompiledDraftStep(head)
+    assert step.one_row.options["max_autotune_gemm_backends"] == SMALL_GRAPH_PRODUCTS
+    assert step.rows.options["max_autotune_gemm_backends"] == TIMED_PRODUCTS
+    assert step.one_row.options["freezing"] and step.rows.options["freezing"]
+    calls = {}  # which graph each warm-up calls (eager stand-ins: compiling is the target's test's concern)
+    step.one_row, step.rows = counted_by(head, calls, 1), counted_by(head, calls, 2)
+    step.warm_up(1)
+    step.warm_up(2)
+    assert calls[1] > 0 and calls[2] > 0, calls
+    assert torch._inductor.config.get_config_copy() == settings
+
+
+def counted_by(head, calls: dict, key):
     from engine.heads.readout import run_draft_step
 
-    set_by_tuning = ("max_autotune_gemm", "max_autotune_gemm_backends", "autotune_num_choices_displayed")
-    for option in ("freezing", *set_by_tuning, "max_autotune_report_choices_stats"):  # restored after the test
-        monkeypatch.setattr(torch._inductor.config, option, getattr(torch._inductor.config, option))
-    monkeypatch.setenv(TUNE_PRODUCTS, "1")
-    torch._inductor.config.freezing = True  # as once the target is compiled on a CPU
-    tune_products()
-    timed = torch._inductor.config.max_autotune_gemm_backends
-    head = Eagle3Head.for_target(half("llama"), torch.arange(0, 96, 2)).to(torch.bfloat16).eval()
-    seen = {}
-    for rows in (1, 2):
-        step = CompiledDraftStep(head)
+    def run(*args):
+        calls[key] = calls.get(key, 0) + 1
+        return run_draft_step(head, *args)
 
-        def recording(*args, rows=rows):
-            seen.setdefault(rows, set()).add(torch._inductor.config.max_autotune_gemm_backends)
-            return run_draft_step(head, *args)
-
-        step.graph = recording
-        step.warm_up(rows)
-    assert seen == {1: {SMALL_GRAPH_PRODUCTS}, 2: {timed}} and timed != SMALL_GRAPH_PRODUCTS, seen
-    assert torch._inductor.config.max_autotune_gemm_backends == timed  # restored after the warm-up
+    return run
 
 
 @packs_bf16
-def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
+def test_a_compiled_drafting_step_packs_a_half_precision_head():
     """EAGLE's drafting step (engine/heads/compiled_step.py) packs its head as the target's forward packs the target:
     one copy for the one-row and the batched graphs. The head drafts as it did."""
     from engine.heads.compiled_step import CompiledDraftStep
@@ -227,7 +226,6 @@ def test_a_compiled_drafting_step_packs_a_half_precision_head(monkeypatch):
     x = torch.randn(1, 3, head.fc.in_features, dtype=torch.bfloat16)
     with torch.no_grad():
         want = head.fc(x).float()
-        monkeypatch.setattr(torch._inductor.config, "freezing", True)  # as once the target is compiled on a CPU
         CompiledDraftStep(head)
         got = head.fc(x).float()
     assert linears(head) == []

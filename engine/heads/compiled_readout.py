@@ -17,7 +17,7 @@ import types
 import torch
 
 from engine.errors import reason
-from engine.forward import CompileReport, compile_function, compile_timed, warmed
+from engine.forward import CompileReport, compile_function, compile_timed, compiles_frozen, warmed
 from engine.heads.readout import candidates, readouts, top_candidates
 
 
@@ -52,7 +52,9 @@ class CompiledReadout:
         try:
             graph = self.graphs.get(key)
             if graph is None:
-                graph = self.graphs[key] = compile_function(_readout_function(self.heads, k, log_probs, first))
+                graph = self.graphs[key] = compile_function(
+                    _readout_function(self.heads, k, log_probs, first), compiles_frozen(self.heads)
+                )
             return graph(x)
         except Exception as exc:  # a compile error: this run and the next ones read out eager
             if self.strict:

@@ -17,7 +17,7 @@ import torch
 
 from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, small_graph_products, warmed
+from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, compiles_frozen, warmed
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
 from engine.packed import pack_linears, warm_products
 
@@ -27,13 +27,14 @@ from engine.packed import pack_linears, warm_products
 MIN_CACHED = 2
 
 
-def _step_function(head: torch.nn.Module):
-    """`run_draft_step` bound to `head`, under a code object of its own (one short dynamo cache per head)."""
+def _step_function(head: torch.nn.Module, tag: str = ""):
+    """`run_draft_step` bound to `head`, under a code object of its own (one short dynamo cache per head and kind of
+    call)."""
 
     def step(tokens, features, positions, cache, mask, k):
         return run_draft_step(head, tokens, features, positions, cache, mask, k)
 
-    code = step.__code__.replace(co_name=f"draft_step_{type(head).__name__}_{id(head):x}")
+    code = step.__code__.replace(co_name=f"draft_step_{type(head).__name__}_{id(head):x}{tag}")
     return types.FunctionType(code, step.__globals__, code.co_name, None, step.__closure__)
 
 
@@ -42,16 +43,19 @@ class CompiledDraftStep:
 
     def __init__(self, head: torch.nn.Module) -> None:
         self.head = head
-        if torch._inductor.config.freezing:  # one packed copy of its weights for all its graphs (engine/packed.py)
+        frozen = compiles_frozen(head)
+        if frozen:  # one packed copy of its weights for all its graphs (engine/packed.py)
             pack_linears(head)
-        self.graph = compile_function(_step_function(head))
+        # one row: inductor's C++ kernel for every product, untimed (engine.forward.SMALL_GRAPH_PRODUCTS)
+        self.one_row = compile_function(_step_function(head, "_row"), frozen, generated_products=True)
+        self.rows = compile_function(_step_function(head, "_rows"), frozen)  # a batch's rows: products timed
         self.strict = False  # while warming up: a compile error propagates
         self.failure: str | None = None
 
     def takes(self, cache) -> bool:
         """Whether the graph runs this call: compiled, and the cache already holds MIN_CACHED entries (else eager:
         the prefill, and a prompt too short for the graphs)."""
-        return self.graph is not None and cache_length(cache) >= MIN_CACHED
+        return self.one_row is not None and cache_length(cache) >= MIN_CACHED
 
     def __call__(self, tokens, features, positions, cache, mask, k: int):
         _make_contiguous(cache)
@@ -59,11 +63,12 @@ class CompiledDraftStep:
             B, S = tokens.shape
             mask = torch.zeros(1, 1, S, cache_length(cache) + S, dtype=features.dtype, device=features.device)
         try:
-            return self.graph(tokens, features, positions, cache, mask, k)
+            graph = self.one_row if tokens.shape[0] == 1 else self.rows
+            return graph(tokens, features, positions, cache, mask, k)
         except Exception as exc:  # a compile error on a new shape: this run and the next ones go eager
             if self.strict:
                 raise
-            self.graph = None
+            self.one_row = self.rows = None
             self.failure = f"torch.compile failed ({reason(exc)}): drafting with {type(self.head).__name__} eager"
             return run_draft_step(self.head, tokens, features, positions, cache, mask, k)
 
@@ -76,8 +81,8 @@ class CompiledDraftStep:
         if rows == 1:  # oneDNN's primitive per row count: catch-ups after plain steps and tree depths vary in size
             warm_products(head, WARM_ROWS)
         self.strict = True
-        try:  # one row: generated kernels for every product (engine.forward.SMALL_GRAPH_PRODUCTS)
-            with torch.no_grad(), small_graph_products(rows == 1):
+        try:
+            with torch.no_grad():
                 for width in head.feature_widths():
                     cache = head.new_cache()
                     feed = (rows, 4)
@@ -139,7 +144,7 @@ def compile_head(head: torch.nn.Module, name: str = "the head") -> CompileReport
 def compiled_step_of(head: torch.nn.Module) -> CompiledDraftStep | None:
     """The head's compiled drafting step while it is in use, else None."""
     compiled = draft_step(head).compiled
-    return compiled if compiled is not None and compiled.graph is not None else None
+    return compiled if compiled is not None and compiled.one_row is not None else None
 
 
 def forget_compiled_steps() -> None:
