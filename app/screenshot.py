@@ -1,9 +1,9 @@
 """Take the README's screenshots from the real app: a race on the bundled models at 1600x1000 and 1280x800, the step
 inspector (an EAGLE-3 step with its draft-vocabulary ids, a lookahead step), and the Benchmark tab showing the batch
-sweep of docs/bench-sweep/results.json.
+sweep of docs/results/sweep/results.json, written into docs/.
 
-QT_QPA_PLATFORM=offscreen python docs/screenshot.py
-QT_QPA_PLATFORM=offscreen python docs/screenshot.py --real   # race_smollm2.png: SmolLM2 with a chat prompt
+QT_QPA_PLATFORM=offscreen python -m app.screenshot
+QT_QPA_PLATFORM=offscreen python -m app.screenshot --real   # race_smollm2.png: SmolLM2 with a chat prompt
 """
 
 import os
@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+sys.path.insert(0, str(ROOT))
 
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
@@ -49,7 +51,7 @@ def real() -> None:
         time.sleep(0.01)
     win._render_frame()
     app.processEvents()
-    win.grab().save(str(Path(__file__).resolve().parent / "race_smollm2.png"))
+    win.grab().save(str(DOCS / "race_smollm2.png"))
     win.close()
 
 
@@ -78,7 +80,7 @@ def main() -> None:
     wait(lambda: win.job is None)
     win._render_frame()
     app.processEvents()
-    out = Path(__file__).resolve().parent
+    out = DOCS
     win.grab().save(str(out / "race.png"))
     win.resize(1280, 800)
     wait(lambda: False, 1.0)  # let the layout settle at the smaller size
@@ -97,7 +99,7 @@ def main() -> None:
         win.inspect("lookahead", step)
         app.processEvents()
         win.grab().save(str(out / "inspector_lookahead.png"))
-    sweep = out / "bench-sweep" / "results.json"
+    sweep = DOCS / "results" / "sweep" / "results.json"
     if sweep.exists():
         import json
 

@@ -22,188 +22,74 @@ from engine.tree import Draft, is_chain, node_depths, spine_nodes
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
 EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
 DEEP_EVERY = 4  # and every 4th probe while drafting drafts uncapped, so deep acceptance is relearned
-# ... while the whole draft rates at least this share of the best cap: off the suite Medusa's whole tree cost 19 ms
-# against 6.5 for its one-deep spine, for 2.0 tokens against 1.5, and one such probe every 20 steps cost about 6% of
-# the run. The tree's acceptance per depth is at least the spine's (it holds the spine), so text that turns
-# predictable lifts both estimates, and whole trees get probed again once they come near. (The share used to be
-# the best tree cap's against the spine, and the best tree cap was often a plain step level with the spine: traced
-# off the suite, EAGLE-3's and Medusa's whole trees, rated at 83-140 tok/s against 310-430 for the best cap, were
-# still probed in 5 of 16 runs of 128 tokens, 1-3 times each at 23-26 ms, against 4-6 ms for a one-deep spine.)
+# ... while the whole draft rates at least this share of the best cap: a whole tree can cost three one-deep spines,
+# and probing it where it cannot win costs more than it teaches.
 DEEP_SHARE = 0.8
-# Probes come 4 to 8 steps apart, not every 6th: code repeats in short periods, and a fixed interval that is a
-# multiple of one kept probing the same phase of it (off the suite, a 3-token cycle whose third token the draft
-# always missed: every probe landed on that token, and the budget never saw the two it got right)
+# Probes come 4 to 8 steps apart, not every 6th: code repeats in short periods, and a fixed interval that divides
+# one keeps probing the same phase of it.
 PROBE_GAPS = (EXPLORE_EVERY - 2, EXPLORE_EVERY + 2)
-# A probe one depth past a drafted best is skipped where even every path accepted at the new depth could not rate
-# above the best (its step's price against the tokens it could add at most), unless that price is stale (cold steps
-# may have set it): off the suite, Medusa's one-deep spine got 0.2-0.25 tokens a step on a prompt where its head 0
-# is rarely right, and its two-deep probes came every 4-8 steps at 4.8-5.5 ms against 3.4-4.2 for the spine, for
-# nothing. Interleaved in one process, each budget its own memory, rounds 1-3 (docs/bench-epyc-runs/2026-12-06/
-# skip-hopeless-probes; vanilla, Medusa, EAGLE-2, EAGLE-3): off the suite 1.135 / 1.220 / 1.285 / 1.240x against
-# 1.118 / 1.179 / 1.268 / 1.209x without the skip (Medusa's worst prompt 0.93-1.10x against 0.92-1.05x); 8 suite
-# prompts 1.107 / 1.199 / 1.247 / 1.226x against 1.076 / 1.169 / 1.219 / 1.208x. At B = 2 and 4 (16 suite prompts,
-# 32 tokens) the two ran within the rounds' spread (EAGLE-2 at B = 2 0.979x against 0.991x, 4 rounds).
+# A probe one depth past a drafted best is skipped where even full acceptance at that depth could not rate above the
+# best (unless its price is stale): a head that is rarely right should not keep paying for deeper probes.
 SKIP_HOPELESS = True
-# While plain steps stay best, each probe comes twice as far after the last (up to 2**MAX_BACKOFF times): where
-# drafting loses (the real model in float32 on a CPU, where a drafted step costs 2-3 plain ones) probing every 6th
-# step cost 10-15% of the run. Under a fixed cost model where drafting loses, vanilla rose from 0.79x to 0.84x of
-# plain decoding; backing off up to 8x gave 0.86x but cost EAGLE-3 7% off the suite, where it must notice that
-# drafting pays again (2x: 1%). With tuned products (engine.forward.tune_products) a plain step costs 2.5-3 ms and a
-# probe from plain steps runs cold (Medusa at depth 1 on the suite: its probes' steps 6.0-6.4 ms where a run of them
-# takes about 4.5, the plain steps after them 3.5 falling to 2.5 over eight), so probing every 8-16 steps cost 9-12%
-# where plain steps won (every drafter at 0.88-0.91x off the suite, 0.89-0.91x on it); backing off up to 32x:
-# 0.95-0.97x and 0.96-0.99x (interleaved, two or three rounds, each budget its own memory).
+# While plain steps stay best, each probe comes twice as far after the last, up to 2**MAX_BACKOFF times: where
+# drafting loses, regular probes cost a tenth of the run; the cap keeps a run able to notice when drafting pays again.
 MAX_BACKOFF = 5
-# And never more often than spends PROBE_SHARE of the run on probing: a probe from plain steps costs what its steps
-# took beyond the plain steps its tokens would have taken, and the plain step after it (which runs cold). With tuned
-# products a probe switches the target between two graphs, each with its own copy of the weights, and only one fits in
-# the cache: EAGLE-2's probes off the suite cost 14-17 ms on top (a catch-up over every token since the last draft, a
-# cold verify, a cold plain step after) against a 2.7 ms plain step, one every 128-256 steps cost about 4% of the
-# run (0.95-0.96x where plain steps every step ran 0.99-1.00x). Where a probe nearly pays, its cost is near zero
-# and the pace stays the back-off's; where drafting pays, there is no idle probe at all.
+# Never more often than spends PROBE_SHARE of the run on probing: a probe from plain steps switches the target
+# between graphs and runs cold, so an idle probe costs several plain steps.
 PROBE_SHARE = 0.01
 PROBE_COSTS = 5  # probes' costs remembered: the median spaces the next ones
-# A probe's cost runs until PROBE_TAIL plain steps after it: the plain steps after a drafted one run cold for
-# several steps, not one (off the suite, Medusa after drafted steps: 4.23, 4.19, 3.33, 2.89 ms, then 2.7 as before the
-# switch). Counting only the first, the share rule spaced probes for half their cost, and the drafters' plain steps
-# spent 2% more time verifying than plain decoding's (2.94 against 2.88 ms a step), nearly all of it in switches.
+# A probe's cost runs until PROBE_TAIL plain steps after it: the plain steps after a drafted one run cold for several
+# steps, not one. The run's first drafted step (the drafter reading the prompt, paid once) is left out of it.
 PROBE_TAIL = 4
-# The run's first drafted step is left out of its probe's cost: it feeds the drafter the prompt (EAGLE's head 64
-# pairs, the draft model up to 64 tokens), a cost the run pays once, whenever it first drafts, and no later probe pays
-# it again. Counted, it set the pace of every later probe: off the suite (EAGLE-2, plain steps 10-12 ms) a run's first
-# probe (RUN_PROBE_AT) cost 20-40 ms where the later ones cost 0-8, and spaced by the median of the latest five, the
-# next probe came 200-400 steps on, past the end of every 128-token run: each run probed once, at step 16.
-# A narrow step (one spine, Draft.spine) never timed costs a plain step plus this share of one per spine token: about
-# what verifying one more token costs on a CPU (the bundled target on the AVX2 EPYC: 2 tokens 1.08 plain steps).
+# A narrow step (one spine) never timed costs a plain step plus this share of one per spine token: about what
+# verifying one more token costs on a CPU.
 NARROW_GUESS = 0.1
-# A narrow step is timed only when chosen, and chosen only when its price is best, so a price set by cold steps
-# stays: off the suite (bf16 EPYC) EAGLE-3's one-deep spine stayed priced at 12.5 and then 10.3 ms for eight runs
-# while it cost 7.0-7.5 ms warm (a fixed one-deep spine every step ran 1.09-1.30x of plain decoding where the budget
-# ran 0.93-1.04x), and EAGLE-2's at 10.2 ms against 4.5-5.8 ms plain steps kept it plain for the rest of a session.
-# So a spine d deep costs at most what drafting d deep took (the latest timed steps, tree or spine: a spine drafts
-# what the tree drafts) plus a plain step scaled by the target's steady forward cost of d + 1 tokens against one
-# (engine.forward_timing.measured_once, timed once a session for 1 to SPINE_WIDTHS tokens; NARROW_GUESS per token
-# where none was timed). Measured there: a spine's verify 0.3-1.0 ms above a plain step's 5.0-6.2.
+# A spine d deep costs at most its drafting plus a plain step scaled by the target's steady forward cost of d + 1
+# tokens (timed once a session for 1 to SPINE_WIDTHS tokens): a price set by cold steps would otherwise stay, since a
+# narrow step is timed only when chosen.
 SPINE_WIDTHS = 5
-# The bound used to apply only while the price was stale (no step at that depth timed in the last STALE_STEPS steps):
-# a fresh price stood, because the bound leaves out the host work a drafted step adds to its verify and the cold
-# switches of a budget that alternates (applied always, it once drafted Medusa's spine on 70% of the suite's steps at
-# 0.88x of plain decoding). A budget that holds its choice (STAY) pays few switches, and measured prices were what
-# kept it off the one-deep spine that pays: interleaved off the suite (EPYC bf16, 5 rounds, one process each, each
-# budget its own memory), the bound always moved Medusa 0.932 -> 1.005x and 1.056 -> 0.942x, EAGLE-2 1.109 -> 1.155x
-# and 1.202 -> 1.248x, EAGLE-3 1.202 -> 1.233x and 1.214 -> 1.225x, vanilla 1.024 -> 1.001x and 1.096 -> 1.193x;
-# alone a coin toss per process, with STAY and DEEPER_MARGIN it is the rule (see DEEPER_MARGIN for the numbers).
-BOUND_ALWAYS = True
+BOUND_ALWAYS = True  # apply that bound to every price, not only stale ones: with STAY, few switches are paid
 STALE_STEPS = 24  # with BOUND_ALWAYS off: a price this many steps old is stale
-# Acceptance counts fade by this every step, drafted or plain: about the latest 33 steps weigh. Counted for good, a
-# run's first stretch outweighed the rest: off the suite Medusa verified one-deep spines all through a prompt where
-# they got 1.2 tokens a step (0.78x of plain decoding) on the strength of the prompts before. Faded per drafted row
-# only, a stretch of plain steps kept the counts that had made plain steps best, and on the suite EAGLE-2 and EAGLE-3
-# decoded plain (0.99x, tau 1.00-1.08) where faded every step they drafted (1.03-1.04x, tau 1.22-1.33).
+# Acceptance counts fade by this every step, drafted or plain (about the latest 33 steps weigh): text changes, and a
+# run's first stretch must not outweigh the rest.
 FADE = 0.97
-# While plain steps are best, the caps are re-rated every QUIET steps only (and at every probe): between probes only
-# the plain step's cost and the fading move, and re-rating every cap every step cost 15 us of the 50 a drafter's
-# bookkeeping added to a 4.3 ms plain step (1% of a run that never drafted).
-QUIET = 8
+QUIET = 8  # while plain steps are best, the caps are re-rated every QUIET steps only: nothing else moves between probes
 # A new run is new text: where plain steps were best, its first probe comes RUN_PROBE_AT steps in at the latest,
-# whatever back-off the last runs built up. Its draft catches the drafter up on every token generated so far, and
-# that hindsight rates this text, not the last prompt's. Carried over instead, one prompt where drafting lost held
-# EAGLE-3 at plain steps through the next two off the suite (back-off and the probe share spaced probes past the
-# run's end), at 1.01-1.02x where one-deep spines every step ran 1.10-1.27x. (Probing at the first step with
-# hindsight over the prompt's own tokens misled: the drafters guessed 3-41% of the prompt's tokens and 35-76% of the
-# target's greedy continuation, so the budget kept plain steps where one-deep spines paid.) Interleaved over three
-# rounds of the off-suite prompts, with and without it, every model-based drafter ran 0.99-1.05x of plain decoding
-# either way: this host's drift within a run outweighs the difference, so it rests on the stuck runs above.
-# And not sooner: a probe the last run could not make (too few tokens left, PROBE_HORIZON) used to be carried as due
-# now, so in the sweep's 32-token runs at batch 2, where RUN_PROBE_AT comes too late, every other EAGLE-2 run probed
-# at its first step, reading the prompt (12-15 ms for its first draft, then two of 7 ms, against 3.6 ms plain steps).
-# But a run too short for that probe (fewer than RUN_PROBE_AT + PROBE_HORIZON tokens) would then never probe, and one
-# prompt decided every later one: at batch 1 EAGLE-3's spine got 2 of 6 tokens on the sweep's first prompt and the
-# next 15 runs kept plain steps (1.02x, tau 1.23, against 1.06-1.11x, tau 1.86, when they probed). So such a run
-# probes at its first step where that could pay: if every drafted token were accepted, a one-deep draft's saving
-# over the tokens left would exceed what a run's first draft costs extra and what an idle probe costs.
+# whatever back-off the last runs built up; a run too short for that probes at its first step where a fully
+# accepted draft could win back its cost.
 RUN_PROBE_AT = 16
 KEEP = 5  # steps remembered per depth: the context grows and costs drift with it
-# A run starts from what the last run of the same target, drafter settings, batch size and sampling learned (its
-# step costs, its acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than
-# a short run can win back. At batch 4 and 32 tokens they took 50 ms of EAGLE-2's 250, for 2.5 tokens a row.
-# Tried, not kept: no acceptance carried at all (a new prompt is new text). Interleaved in one process off the suite
-# it ran Medusa 1.091x and 1.096x against 1.067x and 1.059x with the prior (on the prompt where its heads are right
-# 22% of the time, 0.97x and 0.92x against 0.89x and 0.86x), the other drafters within noise; but the bench right
-# after it had Medusa at 0.97x against 1.06x an hour before, every other method unchanged (0.77-0.81x on that prompt:
-# with no counts every unseen depth rates 1/2, and it probed deep and wide spines there), and in the sweep's 32-token
-# runs EAGLE-2 drafted far less at B = 1 (tau 1.36 against 1.95): short runs need the deep acceptance carried.
+# A run starts from the last run of the same target, drafter settings, batch size and sampling (its step costs, its
+# acceptance counted as at most PRIOR_WEIGHT drafts): the warm-up's two full drafts cost more than a short run wins.
 PRIOR_WEIGHT = 8
-# A run's first drafted step costs more than its price (the drafter's catch-up over the prompt, see PROBE_TAIL): at
-# batch 2 EAGLE-2's took 12-13 ms against 3.3-3.5 ms plain steps, where its one-deep spine about broke even, so
-# 32-token runs that drafted at all lost 3-8% to it. So before a run has drafted, a cap that rates above plain
-# steps is taken only when the tokens left would win that back: left x (a plain step's seconds - the cap's seconds
-# per token) above the median of the latest runs' extra cost of their first draft (ENTRY_COSTS of them). Probes still
-# come (RUN_PROBE_AT): they are how a run learns its text.
+# Before a run has drafted, a cap is taken only when the tokens left would win back what a run's first draft costs
+# extra (the drafter's catch-up over the prompt): the median of the latest ENTRY_COSTS runs' extra cost.
 ENTRY_COSTS = 5
-# While plain steps are best, a probe needs this many tokens left in the run: one that finds drafting pays after all
-# must have steps left to win back what it cost. At batch 4 a probe cost 2-4 plain steps (the first one feeds the
-# prompt to the draft model or head), and drafting, where it paid at all, gained about a tenth of a step per step.
+# While plain steps are best, a probe needs this many tokens left: one that finds drafting pays must have steps left
+# to win back its cost.
 PROBE_HORIZON = 24
-# The cost of a plain step: the median of the latest runs' at the batch size, whichever decoded them (plain decoding's
-# own runs too), and of this run's once it has PLAIN_MIN. A run's cost is a low quantile of its steady plain steps
-# (those after a plain step: the one after a drafted step runs cold, 7-8 ms off the suite against 5.5 in a run of
-# plain steps, and drafting looked cheap). Not the lowest of the runs': this machine's speed drifts by a third within
-# seconds, and against the fastest run's plain steps (4.7 ms where plain decoding's own ran 7.1) no draft paid, even
-# where drafting every step at depth 1 ran 1.2-1.3x plain decoding.
+# A plain step costs the median of the latest PLAIN_RUNS runs' at this batch size (and this run's once it has
+# PLAIN_MIN), each run's being a low quantile of its steady plain steps: the step after a drafted one runs cold, and
+# the host's speed drifts, so neither the mean nor the fastest run is a fair price.
 PLAIN_RUNS = 4
 PLAIN_QUANTILE = 0.2  # about the fastest of five (what a run of plain steps measured before)
 PLAIN_KEEP = 64
 PLAIN_MIN = 5  # this run's plain steps before their quantile counts
-# Where no run has measured a steady plain step (a drafter's first run, plain decoding not run yet), the warm-up's
-# plain step runs on until this many steady ones are timed. A budget that then drafted every step never timed one,
-# and priced a plain step at the warm-up's, which runs cold: Medusa alone off the suite took 5.3-5.9 ms for it where
-# steady plain steps take 4.3, and verified one-deep spines at 0.78x of plain decoding on a prompt where they got
-# 1.45 tokens a step. Two steady steps were not enough (5.6 and 5.2 ms after the warm-up's two full trees): plain
-# steps after drafted ones settle over four to six steps (PROBE_TAIL).
+# Where no run has measured a steady plain step, the warm-up's plain step runs on until this many steady ones are
+# timed: plain steps after drafted ones settle over four to six steps, and a cold price makes drafting look cheap.
 PLAIN_BLOCK = 6
-# A drafted step right after a plain one is not timed, and a probe from plain steps drafts a second step at its cap
-# when the first accepted anything (`hold`): the switch-in step catches the drafter up on every token since it last
-# drafted, while the target's weights are still coming back into the cache it pushed them out of. Off the suite
-# such probes took 12-13 ms for EAGLE-2 at depth 1 against 7.4 for a plain step, so plain steps always looked best;
-# drafting every step at depth 1 ran 1.20x plain decoding, the budget that timed its probes 1.03-1.08x.
-# Nor is the next one: EAGLE-3's drafted steps settle over three to four steps after plain ones. Off the suite at a
-# one-deep spine, by place after 16 plain steps (median of 24 switches; plain steps 7.6-8.1 ms): 14.5, 11.3, 11.1,
-# 10.8, 10.6 ms (vanilla's and EAGLE-2's settle after the first: 11.3 then 9.6-9.8, 16.8 then 11.8-12.4). Timing
-# the second, the budget priced EAGLE-3's spine at 11.7-13.9 ms, 1.5-1.8 plain steps, and kept plain steps (0.96-1.03x
-# of plain decoding) where spines every step ran 1.08-1.11x. So the first SETTLE drafted steps after a plain one go
-# untimed, and a probe from plain steps drafts SETTLE + 1 steps when its first accepted anything. Interleaved over
-# five rounds with SETTLE 1 and 2 (each its own memory): EAGLE-3 1.029 -> 1.061x, Medusa 1.051 -> 1.071x, EAGLE-2
-# 1.037 -> 1.020x, vanilla 1.048 -> 1.035x: within this host's noise for each, kept on the measured settling.
+# The first SETTLE drafted steps after a plain one go untimed, and a probe from plain steps drafts SETTLE + 1 steps
+# when its first accepted anything: the switch-in steps catch the drafter up and bring the weights back into cache.
 SETTLE = 2
 # A drafted choice holds for STAY steps (a probe may still come in between): every change of depth switches the
-# target's verify between compiled graphs, each with its own re-blocked weights, and the first steps after a switch
-# run cold. Traced off the suite, vanilla's budget moved between chains 1, 2 and 3 deep every few steps, and its
-# one-deep steps took 5.5-7.5 ms where a run of them takes about 5.4.
+# target's verify between compiled graphs, and the first steps after a switch run cold.
 STAY = 8
-# Anything deeper or wider than one token (a deeper chain or spine, any tree) must rate this share above a one-deep
-# draft (a tree's spine) to be chosen. On this CPU a fixed one-deep spine every step beat the budget for every
-# drafter, on the suite and off it, and the budget's estimates of deeper drafts sat within 10% of it either way:
-# their extra verify rows cost more than the forward's steady timing tells (Medusa: a 2-deep spine step 15% above a
-# 1-deep one, where the steady forwards differ by 7%). Where deep drafts really pay (a GPU verifies 60 tokens for
-# the price of one; an EAGLE tree on the suite's repetitive text) they rate far above the margin.
-# Measured (EPYC bf16, interleaved, one process each, each budget its own memory; vanilla, Medusa, EAGLE-2, EAGLE-3,
-# cumulative speedup over plain decoding): off the suite, 5 rounds, the budget before (measured prices while fresh,
-# no STAY, no margin) 1.136, 0.979, 1.077, 1.185x and 1.024, 0.997, 1.066, 1.102x in two processes; with BOUND_ALWAYS,
-# STAY and DEEPER_MARGIN 1.087, 1.082, 1.157, 1.161x and 1.064, 1.071, 1.157, 1.187x; a fixed one-deep spine every
-# step 1.124, 1.106, 1.233, 1.236x and 1.110, 1.069, 1.153, 1.155x (it cannot fall back to plain steps where drafting
-# loses, which the budget must). On the suite (24 prompts, 64 tokens, 3 rounds): before 1.072, 0.950, 1.116, 1.157x,
-# after 1.091, 1.030, 1.117, 1.166x, the fixed spine 1.095, 1.045, 1.132, 1.178x. Tried on the way, not kept:
-# timing a step only once its depth had held SETTLE steps (with STAY: 1.107, 0.947, 1.166, 1.203x), probes backing
-# off while they confirmed the best (1.068, 1.052, 1.210, 1.165x against 1.064, 1.071, 1.157, 1.187x in the same
-# process).
+# A deeper or wider draft must rate this much above a one-deep one to be chosen: their extra verify rows cost more
+# than the steady forward timing tells, while where deep drafts really pay (a GPU) they rate far above the margin.
 DEEPER_MARGIN = 0.15
-# A batch size the drafter never drafted at starts from the nearest one's snapshot (its acceptance as the prior, its
-# prices scaled by the two sizes' plain steps, all stale so the first steps re-time them) instead of the warm-up's two
-# full drafts: in the sweep's runs of 32 tokens at B = 4 those cost 27-35 ms each against 4.5 ms plain steps, and the
-# model drafters ran 0.89-0.96x where, with the memory warm, they ran 0.97-1.00x (docs/bench-epyc-runs/2026-12-06/
-# b4-plain-steps). Seeded, in one process (docs/bench-epyc-runs/2026-12-07/seed-rows), the four model drafters' mean
-# rose from 0.953 to 0.991x at B = 4 (from B = 2's run) and from 0.960 to 0.993x at B = 2 (from B = 1's).
+# A batch size the drafter never drafted at starts from the nearest size's snapshot (acceptance as the prior, prices
+# scaled by the two sizes' plain steps, all stale) instead of the warm-up's full drafts, which short batched runs
+# cannot win back.
 SEED_ROWS = True
 _MEMORY: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target module -> {run key: snapshot}
 _PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # target -> {batch size: [a run's plain step]}

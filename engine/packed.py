@@ -7,7 +7,7 @@ read the other copy, evicted the one-token graph's from the cache, and the plain
 steps (measured on the bundled target: 5.7 ms right after a drafted step, 4.6 ms twenty steps later). Packed here once,
 every graph and the prefill read the same tensors. Projections of one input (q/k/v, gate/up) become one product, as
 inductor's concat_linear made them: each oneDNN call costs tens of microseconds on top of its arithmetic.
-Since graphs time each product against inductor's own C++ kernel (engine.forward.tune_products), a product that
+Since graphs time each product against inductor's own C++ kernel (engine.forward.inductor_options), a product that
 kernel wins holds its own re-blocked weights per graph; the packed copy still serves the prefill and the rest.
 """
 

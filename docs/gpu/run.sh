@@ -39,7 +39,7 @@ GLANCE_METHODS=ar,vanilla,medusa,eagle,eagle3,lookahead,prompt_lookup
 part f32-eager 60 --dtype float32 --compile off --methods "$GLANCE_METHODS" --limit 8 --max-new-tokens 48
 part bf16-eager 90 --compile off --methods "$GLANCE_METHODS,hf_generate" --limit 8 --max-new-tokens 64
 part bf16-compiled 190 --compile on --methods "$GLANCE_METHODS,hf_generate" --limit 8 --max-new-tokens 64
-part offsuite-eager 80 --compile off --methods "$GLANCE_METHODS" --prompts docs/bench-offsuite/prompts.jsonl \
+part offsuite-eager 80 --compile off --methods "$GLANCE_METHODS" --prompts resources/prompts/offsuite.jsonl \
   --max-new-tokens 128 --repeats 1
 part sweep-eager 160 --compile off --methods "$GLANCE_METHODS" --batch-sizes 1,4,16,64 --limit 4 --max-new-tokens 32
 echo "== $(date +%T) done"

@@ -41,7 +41,7 @@ from engine.drafters.ngram_pool import NgramDrafter, NgramPool
 from engine.drafters.spec import BuildContext, DrafterSpec, knob
 from engine.tree import Draft, ngram_trie
 
-# Chosen by measurement on this project's 2-core Xeon (docs/lookahead.md): 4/5/4 was the fastest of eight W/N/G
+# Chosen by measurement on this project's 2-core Xeon (docs/METHODS.md): 4/5/4 was the fastest of eight W/N/G
 # tried. The reference's 7B suggestion (W 7, N 5, G 7) and the paper's (W 15, N 5, G 15) were tuned on GPUs, where
 # a wide forward is nearly free.
 DEFAULT_WINDOW = 4
@@ -176,7 +176,7 @@ class LookaheadOptions:
     )
     lookahead_variant: str = knob(
         "reference",
-        "reference: LookaheadDecoding's algorithm; glance: Glance's earlier variant, faster here (docs/lookahead.md)",
+        "reference: LookaheadDecoding's algorithm; glance: Glance's earlier variant, faster here (docs/METHODS.md)",
         choices=VARIANTS,
         label="variant",
     )

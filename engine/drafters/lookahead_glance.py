@@ -1,5 +1,5 @@
 """Glance's own lookahead variant (`--lookahead-variant glance`), kept beside the reference algorithm
-(`lookahead.py`) because it measured faster on this project's CPU (docs/lookahead.md).
+(`lookahead.py`) because it measured faster on this project's CPU (docs/METHODS.md).
 
 Same two branches in one forward as the reference. It differs in four ways:
 - the window has N - 1 full levels of W guessed tokens; token (level l, column c) sits at root + 1 + c + l, so no
