@@ -11,10 +11,13 @@ import torch
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Compile without timing each matrix product (engine/forward.py: tune_products): the suite compiles dozens of tiny
+# Compile without timing each matrix product (engine/forward.py: inductor_options): the suite compiles dozens of tiny
 # graphs whose speed nobody reads, and on a 2-core AMD EPYC with a cold inductor cache the timing made the suite take
 # 28 minutes. test_packed's tuning test turns it back on for itself.
 os.environ.setdefault("GLANCE_TUNE_PRODUCTS", "0")
+# Time each forward width in one round, not three (engine/forward_timing.py): the budgets' choices are tested, not
+# the precision of the costs they read, and a real model's first budgeted run timed forwards for half a minute.
+os.environ.setdefault("GLANCE_TIMING_ROUNDS", "1")
 
 VOCAB = 96
 torch.set_num_threads(1)  # tiny models: one thread is as fast and avoids oversubscription
