@@ -14,13 +14,11 @@ from engine.budget import make_budget
 from engine.catalog import find, part_folder
 from engine.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.decoder import CancelCheck, Decoder
-from engine.drafters.medusa import MedusaDrafter
 from engine.errors import Cancelled, GlanceError
 from engine.events import RunSummary, StepEvent
 from engine.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
-from engine.heads.compiled_readout import compile_readout, forget_compiled_readouts
-from engine.heads.compiled_step import compile_head, compiles_drafting, forget_compiled_steps
-from engine.heads.medusa import MedusaHeads
+from engine.heads.compiled_readout import forget_compiled_readouts
+from engine.heads.compiled_step import forget_compiled_steps
 from engine.models import BUNDLED_TARGET, LoadedModel, load_model
 from engine.race import Lane, race
 from engine.registry import METHODS, parts, spec
@@ -63,10 +61,6 @@ class RaceSettings:
         }
 
 
-# part key -> label: heads whose drafting step (EAGLE's) or read-out (Medusa's) compiles
-COMPILED_HEADS = {"eagle": "EAGLE", "eagle3": "EAGLE-3", "medusa": "Medusa"}
-
-
 @dataclass
 class Session:
     """A loaded target and the parts (draft model, heads) its drafters need, keyed by part key."""
@@ -105,8 +99,8 @@ class Session:
         entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
         chosen = cls._part_paths(bundled, entry, paths)
         to_load = [k for k in chosen if k in parts_needed(methods)]
-        heads = sum(k in COMPILED_HEADS for k in to_load)
-        total = len(to_load) + 1 + (COMPILE_STEPS * (1 + ("draft" in to_load)) + heads if compile else 0)
+        compiling = sum(p.compile_steps for p in parts() if p.key in to_load and p.compile is not None)
+        total = len(to_load) + 1 + (COMPILE_STEPS + compiling if compile else 0)
         total += time_forwards
         steps = iter(range(total))
 
@@ -143,8 +137,9 @@ class Session:
                 raise Cancelled("loading cancelled")
 
     def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
-        """Compile the target's forward, the draft model's and the EAGLE heads' drafting steps (those loaded),
-        warmed up; the reports say how long each took, or why it stays eager."""
+        """Compile the target's forward, then each loaded part as its drafter's spec declares (`PartSpec.compile`:
+        the draft model's forward, the EAGLE heads' drafting steps, Medusa's read-out), warmed up; the reports say how
+        long each took, or why it stays eager."""
         torch._dynamo.reset()  # graphs of earlier models hold their weights (frozen in, on a CPU): drop them
         forget_compiled()  # and the compiled forwards and drafting steps, which hold their models and heads
         forget_compiled_steps()
@@ -158,25 +153,11 @@ class Session:
             if progress is not None:
                 progress(done, of, what)
 
-        models = [("the target", self.target.model)]
-        draft = self.parts.get("draft")
-        if isinstance(draft, LoadedModel):
-            models.append(("the draft model", draft.model))
-        for name, model in models:
-            if cancel is not None and cancel():
-                raise Cancelled("loading cancelled")
-            self.compiled.append(compile_model(model, name, checked))
-        for key, label in COMPILED_HEADS.items():  # EAGLE's drafting steps (head forward and read-out, one graph)
-            head = self.parts.get(key)  # and Medusa's read-out (every head and the projection, one graph)
-            if head is None or not (compiles_drafting(head) or isinstance(head, MedusaHeads)):
-                continue
-            if isinstance(head, MedusaHeads):
-                checked(0, 1, f"compiling the {label} heads' read-out (once per session)")
-                k = MedusaDrafter(head).topk  # what the default tree reads per head
-                self.compiled.append(compile_readout(head, k, f"the {label} heads"))
-                continue
-            checked(0, 1, f"compiling the {label} head's drafting step (once per session)")
-            self.compiled.append(compile_head(head, f"the {label} head"))
+        self.compiled.append(compile_model(self.target.model, "the target", checked))
+        for part in parts():  # each part compiles as its drafter declares (a draft's forward, a head's drafting step)
+            loaded = self.parts.get(part.key)
+            if loaded is not None and part.compile is not None:
+                self.compiled.append(part.compile(loaded, checked))
         return self.compiled
 
     @staticmethod

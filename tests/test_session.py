@@ -111,3 +111,31 @@ def test_closing_the_window_while_the_load_times_forwards_stops_it_at_once(model
                      dtype="float32", time_forwards=True, cancel=closed,
                      progress=lambda done, total, what: seen.append(what))  # fmt: skip
     assert timed == []
+
+
+def test_compiling_a_session_compiles_each_loaded_part_as_its_spec_declares(monkeypatch):
+    """Session.compile_models names no method: the target compiles, then every loaded part through its PartSpec's
+    `compile` (the draft model's forward, the heads' drafting steps and read-out), in registry order, with progress.
+    The compiles themselves are stood in for here: each is tested for real in test_compiled.py."""
+    import engine.drafters.eagle as eagle
+    import engine.drafters.medusa as medusa
+    import engine.drafters.vanilla as vanilla
+    import engine.session as session_module
+    from engine.forward import CompileReport
+
+    compiled = []
+
+    def stand_in(part, name, *args):
+        compiled.append(name)
+        return CompileReport(name, True, 0.0)
+
+    for module, name in ((session_module, "compile_model"), (vanilla, "compile_model"), (eagle, "compile_head")):
+        monkeypatch.setattr(module, name, stand_in)
+    monkeypatch.setattr(medusa, "compile_readout", lambda heads, k, name: stand_in(heads, name))
+    session = Session.load()  # the bundled target and every part
+    seen = []
+    reports = session.compile_models(lambda done, total, what: seen.append(what))
+    names = ["the target", "the draft model", "the Medusa heads", "the EAGLE head", "the EAGLE-3 head"]
+    assert compiled == names and [r.name for r in reports] == names
+    assert "compiling the EAGLE-3 head's drafting step (once per session)" in seen
+    assert "compiling the Medusa heads' read-out (once per session)" in seen

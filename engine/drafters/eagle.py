@@ -22,6 +22,7 @@ from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.eagle_batch import BatchedTrees
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
+from engine.heads.compiled_step import compile_head
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.heads.readout import draft_step
 from engine.models import BUNDLED_EAGLE
@@ -360,6 +361,17 @@ class GrowingTree:
         return Draft([tokens[c] for c in order], [index[parents[c]] if parents[c] >= 0 else -1 for c in order])
 
 
+def compiled_drafting(label: str):
+    """How an EAGLE-style head compiles with the target (its PartSpec's `compile`): its drafting step, the head's
+    forward and its top-k read-out, as one graph per kind of call."""
+
+    def compile_part(head, progress):
+        progress(0, 1, f"compiling the {label} head's drafting step (once per session)")
+        return compile_head(head, f"the {label} head")
+
+    return compile_part
+
+
 @dataclass
 class EagleOptions:
     eagle_mode: str = knob(
@@ -412,6 +424,7 @@ SPEC = DrafterSpec(
         describe=lambda head: dict(head.cfg),
         bundled=BUNDLED_EAGLE,
         brief=lambda head: f"1 layer, hidden {head.cfg.get('hidden_size')}",
+        compile=compiled_drafting("EAGLE"),
     ),
 )
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.base import DecodeState
-from engine.drafters.eagle import EagleDrafter, explain
+from engine.drafters.eagle import EagleDrafter, compiled_drafting, explain
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.models import BUNDLED_EAGLE3
@@ -119,5 +119,6 @@ SPEC = DrafterSpec(
         describe=describe,
         bundled=BUNDLED_EAGLE3,
         brief=lambda head: f"layers {list(head.layer_ids)}, draft vocab {len(head.d2t)}",
+        compile=compiled_drafting("EAGLE-3"),
     ),
 )

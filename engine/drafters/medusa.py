@@ -15,7 +15,7 @@ import torch
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
-from engine.heads.compiled_readout import compiled_readout_of
+from engine.heads.compiled_readout import compile_readout, compiled_readout_of
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
 from engine.heads.readout import candidates
 from engine.models import BUNDLED_MEDUSA
@@ -253,6 +253,13 @@ def build(ctx: BuildContext) -> MedusaDrafter:
     return MedusaDrafter(ctx.part, tree=o.medusa_tree, acceptance=o.acceptance)
 
 
+def compile_medusa(heads: MedusaHeads, progress):
+    """How Medusa heads compile with the target (their PartSpec's `compile`): every head's read-out and the top-k
+    the default tree reads, as one graph."""
+    progress(0, 1, "compiling the Medusa heads' read-out (once per session)")
+    return compile_readout(heads, MedusaDrafter(heads).topk, "the Medusa heads")
+
+
 SPEC = DrafterSpec(
     name="medusa",
     label="Medusa",
@@ -267,5 +274,6 @@ SPEC = DrafterSpec(
         describe=lambda heads: heads.config(),
         bundled=BUNDLED_MEDUSA,
         brief=lambda heads: f"{heads.num_heads} heads",
+        compile=lambda heads, progress: compile_medusa(heads, progress),
     ),
 )

@@ -108,6 +108,9 @@ class PartSpec:
     describe: Callable[[Any], dict]
     bundled: Path | None = None  # used with the bundled target when the user names none
     brief: Callable[[Any], str] | None = None  # one short line for the app's model panel ("4 heads")
+    # how the part compiles with the target (`--compile`): compile(part, progress) -> CompileReport; None: it does not
+    compile: Callable[[Any, Callable[[int, int, str], None]], Any] | None = None
+    compile_steps: int = 1  # progress reports its compile makes
 
 
 @dataclass

@@ -20,7 +20,7 @@ from engine.cache import cache_length, check_window, crop
 from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.drafters.vanilla_batch import BatchedChains
-from engine.forward import forward_for, greedy_ids
+from engine.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
 from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.sampling import logits_to_probs, sample
 from engine.tree import Draft
@@ -231,5 +231,7 @@ SPEC = DrafterSpec(
         describe=lambda draft: draft.describe(),
         bundled=BUNDLED_DRAFT,
         brief=lambda draft: f"{Path(draft.name).name} · {draft.parameters / 1e6:.1f}M",
+        compile=lambda draft, progress: compile_model(draft.model, "the draft model", progress),
+        compile_steps=COMPILE_STEPS,
     ),
 )
