@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QObject, QTimer, Signal
 
+from app.jobs import Job
 from app.worker import EngineWorker, WorkerThread, resume_gc
 from engine import (
     DrafterOptions,
@@ -66,8 +67,8 @@ class Controller(QObject):
 
     event = Signal(str, object)  # lane, StepEvent | RunSummary
     batch = Signal()  # a collected batch of events was emitted: time to draw
-    done = Signal(str, object)  # job name, result (a Session for "load")
-    failed = Signal(str, str)  # job name, message
+    done = Signal(object, object)  # Job, result (a Session for Job.LOAD)
+    failed = Signal(object, str)  # Job, message
     progress = Signal(int, int, str)  # done, total, what: of a load or a benchmark
     warning = Signal(str)  # something went wrong that does not stop the job (the log could not be written)
 
@@ -75,7 +76,7 @@ class Controller(QObject):
         super().__init__()
         self.autosave_dir = Path(autosave_dir)
         self.session: Session | None = None
-        self.job: str | None = None
+        self.job: Job | None = None
         self.log: SessionLogWriter | None = None
         self.log_path: Path | None = None
         self.race_settings: RaceSettings | None = None
@@ -94,7 +95,7 @@ class Controller(QObject):
         w.progress.connect(self.progress)
 
     # ---- jobs ---------------------------------------------------------------------------------------------------
-    def _start(self, name: str, job) -> None:
+    def _start(self, name: Job, job) -> None:
         self.job = name
         self.thread.submit(name, job)
 
@@ -114,7 +115,7 @@ class Controller(QObject):
                 time_forwards=True,
             )
 
-        self._start("load", job)
+        self._start(Job.LOAD, job)
 
     def race(self, prompt: str, settings: RaceSettings) -> None:
         """Start a race on the loaded session; bad settings raise GlanceError here, before anything runs."""
@@ -134,7 +135,7 @@ class Controller(QObject):
                 self._post(worker, name, item)
             return "cancelled" if worker.cancel.is_set() else "finished"
 
-        self._start("race", job)
+        self._start(Job.RACE, job)
 
     def benchmark(
         self,
@@ -166,7 +167,7 @@ class Controller(QObject):
                 setup, prompts, methods, repeats, batch_sizes, worker.progress.emit, worker.cancel.is_set, continuous
             )
 
-        self._start("benchmark", job)
+        self._start(Job.BENCHMARK, job)
 
     def read_log(self, path: Path) -> None:
         """Read a session log on the worker thread (a 200 MB log takes seconds): its runs, with progress in KB."""
@@ -177,7 +178,7 @@ class Controller(QObject):
 
             return read_session_logs(path, progress, worker.cancel.is_set, keep_top=False)  # top tokens: on demand
 
-        self._start("open", job)
+        self._start(Job.OPEN, job)
 
     def stop(self) -> None:
         self.thread.worker.cancel.set()
@@ -252,17 +253,17 @@ class Controller(QObject):
             self.event.emit(*self.inbox.popleft())
         self.batch.emit()
 
-    def _on_done(self, name: str, result) -> None:
+    def _on_done(self, name: Job, result) -> None:
         resume_gc()
         self.drain()  # the job's last events were queued before it returned
         self.job = None
-        if name == "load":
+        if name is Job.LOAD:
             self.session = result
-        if name == "race":
+        if name is Job.RACE:
             self._close_log()
         self.done.emit(name, result)
 
-    def _on_failed(self, name: str, message: str) -> None:
+    def _on_failed(self, name: Job, message: str) -> None:
         resume_gc()
         self.drain()
         self.job = None

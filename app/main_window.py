@@ -34,6 +34,7 @@ from app.controller import Controller
 from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings, watch_changes
 from app.export import export_session
 from app.inspector import StepInspector
+from app.jobs import Job
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
 from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig
@@ -220,7 +221,7 @@ class MainWindow(QMainWindow):
         self.race_view.render_frame()
 
     @property
-    def job(self) -> str | None:
+    def job(self) -> Job | None:
         return self.controller.job
 
     @property
@@ -246,7 +247,7 @@ class MainWindow(QMainWindow):
         self.clear_error()
         mp.set_busy(True)
         mp.info.setText(f"loading {Path(target).name if target else 'the bundled demo models'} …")
-        self._set_running("load")
+        self._set_running(Job.LOAD)
         self.controller.load(
             target,
             mp.part_paths(),
@@ -306,7 +307,7 @@ class MainWindow(QMainWindow):
         self.inspector.clear()
         target = self.controller.session.target
         self.race_view.reset(methods, settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")})
-        self._set_running("race")
+        self._set_running(Job.RACE)
 
     def run_benchmark(self) -> None:
         """The Benchmark tab's suite or sweep on the loaded models, as a worker job."""
@@ -343,18 +344,18 @@ class MainWindow(QMainWindow):
         self.clear_error()
         self.bench.set_running(True)
         self.tabs.setCurrentWidget(self.bench)
-        self._set_running("benchmark")
+        self._set_running(Job.BENCHMARK)
 
     def stop(self) -> None:
         self.controller.stop()
         self.race_view.stop_replay()
         self.statusBar().showMessage("stopping after the current step …")
 
-    def _set_running(self, name: str) -> None:
+    def _set_running(self, name: Job) -> None:
         self.race_button.setEnabled(False)
         self.run_one_button.setEnabled(False)
-        self.stop_button.setEnabled(name in ("race", "benchmark", "open"))
-        self.charts.set_live(name == "race")
+        self.stop_button.setEnabled(name.stoppable)
+        self.charts.set_live(name.live_charts)
         self.statusBar().showMessage(f"{name} running …")
 
     def _finish_job(self) -> None:
@@ -367,33 +368,37 @@ class MainWindow(QMainWindow):
 
     # ---- events from the worker ---------------------------------------------------------------------------------
     def _on_progress(self, done: int, total: int, what: str) -> None:
-        if self.job == "open":
+        if self.job is Job.OPEN:
             self.statusBar().showMessage(f"{what}: {100 * done // max(total, 1)}%")
             return
-        (self.model_panel if self.job == "load" else self.bench).on_progress(done, total, what)
+        (self.model_panel if self.job is Job.LOAD else self.bench).on_progress(done, total, what)
 
-    def _on_done(self, name: str, result) -> None:
-        if name == "load":
-            self.model_panel.info.setText("\n".join(result.summary_lines()))
-            self.prompt_panel.set_chat_available(result.has_chat_template)
-            self.statusBar().showMessage("models loaded")
-        elif name == "benchmark":
-            self.bench.show_results(result)
-            self.statusBar().showMessage("benchmark finished")
-        elif name == "open":
+    def _on_done(self, name: Job, result) -> None:
+        if name is Job.OPEN:  # the window is free again before the log's lanes are drawn
             self._finish_job()
             self._show_log(result)
             return
-        else:
-            self._render_frame()
-            self.statusBar().showMessage(f"race {result}; log: {self.log_path}")
+        {Job.LOAD: self._loaded, Job.RACE: self._raced, Job.BENCHMARK: self._benchmarked}[name](result)
         self._finish_job()
 
-    def _on_failed(self, name: str, message: str) -> None:
+    def _loaded(self, session) -> None:
+        self.model_panel.info.setText("\n".join(session.summary_lines()))
+        self.prompt_panel.set_chat_available(session.has_chat_template)
+        self.statusBar().showMessage("models loaded")
+
+    def _raced(self, how: str) -> None:
+        self._render_frame()
+        self.statusBar().showMessage(f"race {how}; log: {self.log_path}")
+
+    def _benchmarked(self, results) -> None:
+        self.bench.show_results(results)
+        self.statusBar().showMessage("benchmark finished")
+
+    def _on_failed(self, name: Job, message: str) -> None:
         self._finish_job()
-        if name == "open":
+        if name is Job.OPEN:
             message = f"cannot open {self.opening[0]}: {message}"
-        if name == "load":  # the previous models stay loaded; say so instead of "loading …"
+        if name is Job.LOAD:  # the previous models stay loaded; say so instead of "loading …"
             kept = self.controller.session
             self.model_panel.info.setText(
                 "load failed: no model loaded"
@@ -448,7 +453,7 @@ class MainWindow(QMainWindow):
             return
         self.opening = (Path(path), recorded_speed)
         self.controller.read_log(Path(path))
-        self._set_running("open")
+        self._set_running(Job.OPEN)
 
     def choose_run(self, path: Path, runs: list) -> int | None:
         """Which run of a file that holds several to show (None: none); the newest is offered first."""

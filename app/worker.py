@@ -16,14 +16,15 @@ from typing import Any
 import torch
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.jobs import Job
 from engine import GlanceError
 
 
 class EngineWorker(QObject):
-    submitted = Signal(str, object)  # job name, callable(worker) -> result
+    submitted = Signal(object, object)  # Job, callable(worker) -> result
     wake = Signal()  # events wait in the controller's inbox: collect them
-    done = Signal(str, object)  # job name, result
-    failed = Signal(str, str)  # job name, message
+    done = Signal(object, object)  # Job, result
+    failed = Signal(object, str)  # Job, message
     progress = Signal(int, int, str)  # done, total, what (benchmarks)
 
     def __init__(self) -> None:
@@ -32,8 +33,8 @@ class EngineWorker(QObject):
         self.busy = False
         self.submitted.connect(self._run)
 
-    @Slot(str, object)
-    def _run(self, name: str, job: Callable[[EngineWorker], Any]) -> None:
+    @Slot(object, object)
+    def _run(self, name: Job, job: Callable[[EngineWorker], Any]) -> None:
         # No cyclic garbage collection while a job runs: a collection triggered by the job's allocations would run
         # here and could destroy a widget left in a reference cycle on this thread. That deadlocked once (py-spy: a
         # QObject destructor waiting for the interpreter lock inside gc, on this thread, while reading a large log).
@@ -68,7 +69,7 @@ class WorkerThread:
         self.worker.moveToThread(self.thread)
         self.thread.start()
 
-    def submit(self, name: str, job: Callable[[EngineWorker], Any]) -> None:
+    def submit(self, name: Job, job: Callable[[EngineWorker], Any]) -> None:
         self.worker.cancel.clear()
         self.worker.submitted.emit(name, job)
 

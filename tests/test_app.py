@@ -551,7 +551,9 @@ def test_events_cross_to_the_window_in_batches_in_order(qtbot, tiny_window):
 
 def test_load_progress_names_the_part_loading(qtbot, tiny_window):
     win = tiny_window
-    win.controller.job = "load"
+    from app.jobs import Job
+
+    win.controller.job = Job.LOAD
     try:
         win._on_progress(1, 3, "loading medusa")
     finally:
