@@ -383,7 +383,7 @@ def cmd_bench(args) -> int:
     from engine.bench.run import run_benchmark
     from engine.bench.suite import BenchSetup
     from engine.models import RESOURCES
-    from engine.registry import METHODS
+    from engine.registry import DRAFTERS, METHODS
     from engine.sampling import SamplingConfig
     from engine.train.prompts import load_prompt_suite
 
@@ -411,7 +411,7 @@ def cmd_bench(args) -> int:
         prompts = prompts[:: max(1, len(prompts) // args.limit)][: args.limit]
     options = _drafter_options(args)
     sampling = SamplingConfig(args.temperature, args.top_p, args.seed)  # refused here, before loading and compiling
-    wants = set(methods) | ({"vanilla"} if "hf_assisted" in methods else set())  # assisted runs vanilla's draft
+    wants = set(methods) | {s.name for s in DRAFTERS if s.reference in methods}  # assisted runs vanilla's draft
     session = _load_session(args, [m for m in wants if m in METHODS], compile_by_default=True)
     setup = BenchSetup(
         session.target,

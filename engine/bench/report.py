@@ -67,8 +67,10 @@ def suite_table(methods: dict, temperature: float = 0.0) -> str:
             "\n*speedup per prompt* (each run against the plain runs of its prompt and repeat, lowest-median-highest: "
             "the prompts' differences and the host's drift between runs together): " + ", ".join(spreads) + "\n"
         )
-    if "vs_hf_assisted" in methods.get("vanilla", {}):
-        text += f"\nGlance vanilla vs transformers assisted generation: {methods['vanilla']['vs_hf_assisted']:.2f}x\n"
+    for spec in DRAFTERS:  # each method against transformers' row that does the same
+        versus = methods.get(spec.name, {}).get(f"vs_{spec.reference}")
+        if versus is not None:
+            text += f"\nGlance {spec.label} vs {LABELS.get(spec.reference, spec.reference)}: {versus:.2f}x\n"
     return text
 
 

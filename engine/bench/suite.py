@@ -18,6 +18,7 @@ from engine.errors import GlanceError
 from engine.forward import forward_for
 from engine.heads.readout import candidates, draft_step
 from engine.models import LoadedModel
+from engine.registry import DRAFTERS
 from engine.sampling import SamplingConfig
 from engine.stats import RunStats
 from engine.variants import NEEDS, DrafterOptions, build_drafter
@@ -210,10 +211,12 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
         row["speedup"] = round(row["tokens_per_second"] / base, 3) if base else None
     for m, spread in _per_prompt_speedups(records).items():
         out[m]["speedup_per_prompt"] = [round(f(spread), 3) for f in (min, statistics.median, max)]
-    if "vanilla" in out and "hf_assisted" in out and out["hf_assisted"]["tokens_per_second"]:
-        out["vanilla"]["vs_hf_assisted"] = round(
-            out["vanilla"]["tokens_per_second"] / out["hf_assisted"]["tokens_per_second"], 3
-        )
+    for spec in DRAFTERS:  # each method against transformers' row that does the same (vanilla: assisted generation)
+        ref = out.get(spec.reference)
+        if spec.name in out and ref and ref["tokens_per_second"]:
+            out[spec.name][f"vs_{spec.reference}"] = round(
+                out[spec.name]["tokens_per_second"] / ref["tokens_per_second"], 3
+            )
     return out
 
 

@@ -14,6 +14,7 @@ def build(ctx: BuildContext) -> AutoregressiveDrafter:
 
 SPEC = DrafterSpec(
     name="ar",
+    reference="hf_generate",
     label="plain decoding",
     color="#9e9e9e",
     summary="nothing: plain autoregressive decoding, the baseline",

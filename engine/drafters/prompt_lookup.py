@@ -58,6 +58,7 @@ def build(ctx: BuildContext) -> PromptLookupDrafter:
 
 SPEC = DrafterSpec(
     name="prompt_lookup",
+    reference="hf_prompt_lookup",
     label="prompt lookup",
     color="#ffd54f",
     summary="the tokens that followed the newest n-gram earlier in the prompt or output (Saxena 2023)",

@@ -134,6 +134,7 @@ class DrafterSpec:
     part: PartSpec | None = None
     in_default_race: bool = True  # ticked in the app's race on first launch
     explain: Callable[[Any], str] | None = None  # options -> one line on what they build (the app shows it)
+    reference: str | None = None  # transformers' row in the benchmark that does what this drafter does, if any
 
     @property
     def knobs(self) -> list[KnobField]:

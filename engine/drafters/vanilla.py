@@ -219,6 +219,7 @@ def build(ctx: BuildContext) -> VanillaDrafter:
 
 SPEC = DrafterSpec(
     name="vanilla",
+    reference="hf_assisted",  # transformers' assisted generation, with this drafter's draft model
     label="vanilla speculative",
     color="#4fc3f7",
     summary="a separate small draft model proposes a chain (Leviathan et al. 2023, Chen et al. 2023)",
