@@ -12,7 +12,7 @@ import sys
 import threading
 from pathlib import Path
 
-from engine.errors import GlanceError
+from engine.errors import GlanceError, one_line
 
 EXIT_BAD_INPUT = 2
 
@@ -582,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         return commands[args.command](args)
     except GlanceError as exc:
-        print(f"glance: error: {exc}", file=sys.stderr)
+        print(f"glance: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("glance: interrupted", file=sys.stderr)

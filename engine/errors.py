@@ -10,6 +10,11 @@ class Cancelled(GlanceError):
     turn into "running it eager")."""
 
 
+def one_line(text: str) -> str:
+    """`text` on one line: line breaks and other control characters (a user's value may hold them) shown escaped."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def reason(exc: BaseException, limit: int | None = None) -> str:
     """The first line of a library exception's message (its type's name when it has none), for a one-line error."""
     text = str(exc).strip()

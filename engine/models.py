@@ -61,7 +61,7 @@ def resolve_device(device: str = "auto") -> torch.device:
             return torch.device("mps")
         return torch.device("cpu")
     if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise GlanceError(f"unknown device '{device}': use auto, cpu, cuda or mps")
+        raise GlanceError(f"unknown device {device!r}: use auto, cpu, cuda or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise GlanceError("device 'cuda' asked for but no CUDA GPU is available: use --device cpu or auto")
     if device == "mps" and not torch.backends.mps.is_available():

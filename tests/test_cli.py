@@ -97,6 +97,7 @@ def test_bad_inputs(model_folders, capsys, tmp_path):
     _bad(capsys, [*t, "--prompt", "x", "--max-new-tokens", "0"], "--max-new-tokens")
     _bad(capsys, [*t, "--prompt", "x", "--temperature", "-1"], "--temperature")
     _bad(capsys, [*t, "--prompt", "x", "--top-p", "0"], "--top-p")
+    _bad(capsys, [*t, "--prompt", "x", "--device", "\r\n"], "unknown device '\\r\\n'")  # one line, escaped
 
 
 def test_bad_input_never_writes_a_log(model_folders, capsys, tmp_path):
