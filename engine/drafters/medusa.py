@@ -274,6 +274,6 @@ SPEC = DrafterSpec(
         describe=lambda heads: heads.config(),
         bundled=BUNDLED_MEDUSA,
         brief=lambda heads: f"{heads.num_heads} heads",
-        compile=lambda heads, progress: compile_medusa(heads, progress),
+        compile=compile_medusa,
     ),
 )
