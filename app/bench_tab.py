@@ -28,10 +28,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.theme import variant_color
+from engine import GlanceError, SamplingConfig
 from engine.bench.reference import REFERENCES
 from engine.bench.report import LABELS, markdown, write
-from engine.errors import GlanceError
-from engine.sampling import SamplingConfig
 
 
 class BenchmarkTab(QWidget):

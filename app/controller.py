@@ -21,6 +21,7 @@ from engine import (
     Session,
     SessionLogWriter,
     StepEvent,
+    StepText,
     read_session_logs,
 )
 
@@ -65,7 +66,7 @@ class Controller(QObject):
     once, which collects everything queued `INBOX_MS` later and then emits `batch`. A wake-up per event preempted the
     engine's OpenMP threads on every token (measured by app/bench_window.py)."""
 
-    event = Signal(str, object)  # lane, StepEvent | RunSummary
+    event = Signal(str, object, object)  # lane, StepEvent | RunSummary, its StepText (or None)
     batch = Signal()  # a collected batch of events was emitted: time to draw
     done = Signal(object, object)  # Job, result (a Session for Job.LOAD)
     failed = Signal(object, str)  # Job, message
@@ -81,7 +82,8 @@ class Controller(QObject):
         self.log_path: Path | None = None
         self.race_settings: RaceSettings | None = None
         self.decoders: dict[str, PieceDecoder] = {}
-        self.inbox: deque[tuple[str, object]] = deque()  # appended on the worker thread, drained on the GUI thread
+        # (lane, item, text): appended on the worker thread, drained on the GUI thread
+        self.inbox: deque[tuple[str, object, object]] = deque()
         self._woken = False  # a wake-up is on its way: the worker does not send another
         self.collect = QTimer(self)
         self.collect.setSingleShot(True)
@@ -131,8 +133,8 @@ class Controller(QObject):
 
         def job(worker: EngineWorker) -> str:
             for name, item in session.race(prompt_ids, settings, worker.cancel):
-                self._record(name, item)  # here, between steps and outside every lane's clock, as the CLI does
-                self._post(worker, name, item)
+                text = self._record(name, item)  # here, between steps and outside every lane's clock, as the CLI does
+                self._post(worker, name, item, text)
             return "cancelled" if worker.cancel.is_set() else "finished"
 
         self._start(Job.RACE, job)
@@ -211,18 +213,19 @@ class Controller(QObject):
             self.log = None
 
     # ---- from the worker ------------------------------------------------------------------------------------------
-    def _record(self, lane: str, item) -> None:
-        """Decode the event's text pieces and append it to the log. Runs on the worker thread: on the GUI thread
-        this Python work held the interpreter lock against the engine and slowed every lane (measured by
-        app/bench_window.py)."""
-        if isinstance(item, StepEvent) and "pieces" not in item.extra and lane in self.decoders:
+    def _record(self, lane: str, item) -> StepText | None:
+        """Decode the event's text pieces (kept beside the event, never in it) and append both to the log. Runs on the
+        worker thread: on the GUI thread this Python work held the interpreter lock against the engine and slowed
+        every lane (measured by app/bench_window.py)."""
+        text = None
+        if isinstance(item, StepEvent) and lane in self.decoders:
             decoder = self.decoders[lane]
-            item.extra["pieces"] = decoder.pieces(item.tokens)
-            item.extra["rejected_pieces"] = [decoder.tokenizer.decode([t]) for t in rejected_tokens(item)]
+            rejected = [decoder.tokenizer.decode([t]) for t in rejected_tokens(item)]
+            text = StepText(decoder.pieces(item.tokens), rejected)
         log = self.log
         if log is not None:
             try:
-                log.event(item)
+                log.event(item, text)
             except GlanceError as exc:  # a full disk: keep racing on screen, say the log stopped
                 self.log = None
                 try:
@@ -230,10 +233,11 @@ class Controller(QObject):
                 except OSError:
                     pass
                 self.warning.emit(f"{exc}; the race continues without a log")
+        return text
 
-    def _post(self, worker: EngineWorker, lane: str, item) -> None:
+    def _post(self, worker: EngineWorker, lane: str, item, text: StepText | None) -> None:
         """Queue an event for the GUI thread (worker side); only the first event since the last collection wakes it."""
-        self.inbox.append((lane, item))
+        self.inbox.append((lane, item, text))
         if not self._woken:
             self._woken = True
             worker.wake.emit()

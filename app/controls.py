@@ -29,8 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.knobs import DrafterKnobs, narrow
 from app.theme import RESOURCES
-from engine.catalog import installed
-from engine.registry import DRAFTERS, METHODS, parts
+from engine import DRAFTERS, METHODS, installed, parts
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
 DEFAULT_PROMPT = "def fibonacci(n):"

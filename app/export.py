@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine import GlanceError
-from engine.report import markdown_report, write_runs_csv, write_steps_csv
-from engine.session_log import copy_run, read_session_log
+from engine import GlanceError, copy_run, markdown_report, read_session_log, write_runs_csv, write_steps_csv
 
 EXPORT_FILES = ["session.jsonl", "steps.csv", "runs.csv", "report.md"]
 

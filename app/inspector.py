@@ -8,24 +8,23 @@ from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from app.theme import REJECTED
-from engine import StepEvent
-from engine.tree import is_chain, node_depths
+from engine import StepEvent, is_chain, node_depths
 
 EMPTY = "Click a token or a point on the accepted-length chart to inspect its step."
 
 
 def budget_text(ev: StepEvent) -> str:
     """What the cost-aware draft budget allowed this step, when one ran."""
-    if ev.step == 0 or "depth_cap" not in ev.extra:
+    if ev.step == 0 or ev.budget is None:
         return ""
-    cap = ev.extra["depth_cap"]
-    if cap is None and "window" in ev.extra:
+    cap = ev.budget.depth_cap
+    if cap is None and ev.notes.window is not None:
         return " (budget: the window, rated above a plain step)"
     if cap is None:
         return " (budget: uncapped)"
     if cap == 0:
         return " (budget: a plain step)"
-    if ev.extra.get("narrow"):
+    if ev.budget.narrow:
         return f" (budget: the tree's greedy spine, at most {cap} deep)"
     return f" (budget: at most {cap} deep)"
 
@@ -73,7 +72,7 @@ class StepInspector(QWidget):
         bold = QFont()
         bold.setBold(True)
         depth = dict(enumerate(node_depths(ev.draft_parents)))
-        draft_ids = ev.extra.get("draft_ids")  # EAGLE-3: each node's id in the head's reduced vocabulary
+        draft_ids = ev.notes.draft_ids  # EAGLE-3: each node's id in the head's reduced vocabulary
         for i, (tok, parent) in enumerate(zip(ev.draft_tokens, ev.draft_parents)):
             verdict = "✓ accepted" if i in accepted else "✗ rejected"
             shown = repr(decode(tok)) + (f"  (draft {draft_ids[i]} → {tok})" if draft_ids else "")
@@ -89,17 +88,17 @@ class StepInspector(QWidget):
         bonus = ev.tokens[-1]
         last = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
         verdict = "target's own token"
-        if ev.extra.get("target_token_in_draft_vocab") is False:
-            verdict += f" (outside the {ev.extra.get('draft_vocab', '')}-token draft vocabulary)"
+        if ev.notes.target_in_draft_vocab is False:
+            verdict += f" (outside the {ev.notes.draft_vocab or ''}-token draft vocabulary)"
         items[last].addChild(QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), verdict, ""]))
-        if "window" in ev.extra:  # lookahead: the Jacobi window fed to this step and the n-grams it verified
-            window = QTreeWidgetItem(["window", f"{len(ev.extra['window'])} levels", "", "lookahead branch", ""])
-            for lvl, level in enumerate(ev.extra["window"]):
+        if ev.notes.window is not None:  # lookahead: the Jacobi window fed to this step and the n-grams it verified
+            window = QTreeWidgetItem(["window", f"{len(ev.notes.window)} levels", "", "lookahead branch", ""])
+            for lvl, level in enumerate(ev.notes.window):
                 window.addChild(
                     QTreeWidgetItem([f"level {lvl}", "", "", "", "  ".join(repr(decode(t)) for t in level)])
                 )
-            grams = QTreeWidgetItem(["n-grams", str(len(ev.extra.get("ngrams", []))), "", "verified", ""])
-            for gram in ev.extra.get("ngrams", []):
+            grams = QTreeWidgetItem(["n-grams", str(len(ev.notes.ngrams or [])), "", "verified", ""])
+            for gram in ev.notes.ngrams or []:
                 grams.addChild(QTreeWidgetItem(["", "", "", "", " ".join(repr(decode(t)) for t in gram)]))
             self.tree.addTopLevelItem(window)
             self.tree.addTopLevelItem(grams)

@@ -18,8 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.drafters.spec import DrafterSpec, KnobField
-from engine.registry import DRAFTERS
+from engine import DRAFTERS, DrafterSpec, KnobField
 
 
 def narrow(combo: QComboBox, chars: int = 8) -> QComboBox:
@@ -122,7 +121,7 @@ class DrafterSection(QWidget):
     def update_shape(self, *_args) -> None:
         """One line on what the current values build; empty while they do not form valid options."""
         try:
-            options = self.spec.options(**{n: widget_value(w) for n, w in self.widgets.items()})
+            options = self.spec.options(**{k.field: widget_value(self.widgets[k.name]) for k in self.spec.knobs})
             self.shape.setText(f"= {self.spec.explain(options)}" if self.spec.explain(options) else "")
         except (TypeError, ValueError):
             self.shape.setText("")

@@ -11,8 +11,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QToolTip, QVBoxLayout
 
 from app.theme import ALARM, REJECTED, VERDICT, depth_shade, variant_color
-from engine import RunStats, RunSummary, StepEvent
-from engine.tree import node_depths
+from engine import RunStats, RunSummary, StepEvent, StepText, node_depths
 
 
 @dataclass
@@ -136,6 +135,7 @@ class LaneWidget(QFrame):
         self.color = variant_color(name)
         self.stats = LaneStats()
         self.events: list[StepEvent] = []
+        self.texts: dict[int, StepText] = {}  # step -> the text decoded for it (the app's, beside the event)
         self.show_rejected = False
         self.pending: list[StepEvent] = []
         self.dirty = False  # something arrived since the last render: the next frame redraws this lane
@@ -173,9 +173,11 @@ class LaneWidget(QFrame):
             self._formats[(kind, depth)] = fmt
         return fmt
 
-    def add_event(self, ev: StepEvent) -> None:
-        """Queue a step for the next frame; stats update at once."""
+    def add_event(self, ev: StepEvent, text: StepText | None = None) -> None:
+        """Queue a step and its decoded text for the next frame; stats update at once."""
         self.events.append(ev)
+        if text is not None:
+            self.texts[ev.step] = text
         self.stats.add(ev)
         self.pending.append(ev)
         self.dirty = True
@@ -222,12 +224,13 @@ class LaneWidget(QFrame):
     def _pieces(self, ev: StepEvent):
         """(text, format, tooltip) of each token the step shows, rejected draft tokens before the target's
         correction when they are shown; tooltips are built only when hovered."""
-        pieces = ev.extra.get("pieces") or [f"<{t}>" for t in ev.tokens]
+        text = self.texts.get(ev.step)
+        pieces = text.pieces if text is not None else [f"<{t}>" for t in ev.tokens]
         depth_of = node_depths(ev.draft_parents)
         n_acc = len(ev.accepted_nodes)
         for k, (piece, prob) in enumerate(zip(pieces, ev.target_probs)):
             if k == n_acc and self.show_rejected:
-                for rp in ev.extra.get("rejected_pieces", []):
+                for rp in text.rejected if text is not None else []:
                     tip = f"step {ev.step}: rejected draft token"
                     yield visible_whitespace(rp), self._format("rejected", 0), tip  # not dashes
             if ev.from_draft[k]:
@@ -278,6 +281,7 @@ class LaneWidget(QFrame):
     def reset(self) -> None:
         self.stats = LaneStats()
         self.events.clear()
+        self.texts.clear()
         self.pending.clear()
         self.dirty = False
         self.view.reset()

@@ -7,6 +7,7 @@ events arrive by queued signals, are written to the autosaved session log, and a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -37,8 +38,7 @@ from app.inspector import StepInspector
 from app.jobs import Job
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
-from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig
-from engine.session_log import read_target_top
+from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, read_target_top
 
 LEFT_MIN_WIDTH = 360  # the left column's width: every control fits in it (tests check at 1280 x 800)
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
@@ -57,6 +57,7 @@ class MainWindow(QMainWindow):
         )
         self.controller = Controller(self.autosave_dir)
         self.opened_log: Path | None = None  # a log opened with File > Open, while it is what the screen shows
+        self.log_offsets: dict[tuple[str, int], int] = {}  # (lane, step) -> its line in the opened log
         self.opened_run = -1  # which run of that file the screen shows
         self.opening: tuple[Path, bool] = (Path(), False)  # the log being read, and whether to replay it in time
 
@@ -234,7 +235,7 @@ class MainWindow(QMainWindow):
 
     @property
     def models(self) -> dict | None:
-        """The loaded target and parts by key ({"target": ..., "draft": ..., "medusa": ...}), or None."""
+        """The loaded target and parts by key ({"target": ..., and one per part key}), or None."""
         session = self.controller.session
         return None if session is None else {"target": session.target, **session.parts}
 
@@ -412,9 +413,10 @@ class MainWindow(QMainWindow):
         ev = self.race_view.event_for(lane, step)
         if ev is None:
             return
-        if not ev.target_top and "log_offset" in ev.extra and self.opened_log is not None:
+        offset = self.log_offsets.get((lane, step))
+        if not ev.target_top and offset is not None and self.opened_log is not None:
             # an opened log keeps its steps' top tokens on disk (most of a large log's memory): read this one back
-            ev.target_top = read_target_top(self.opened_log, ev.extra["log_offset"])
+            ev = dataclasses.replace(ev, target_top=read_target_top(self.opened_log, offset))
         tok = self.models["target"].tokenizer if self.models else None
         self.inspector.show_step(lane, ev, (lambda t: tok.decode([t])) if tok else str)
         self.tabs.setCurrentWidget(self.inspector)
@@ -475,8 +477,11 @@ class MainWindow(QMainWindow):
         self.inspector.clear()
         names = list(dict.fromkeys([e.variant for e in log.steps] + [s.variant for s in log.summaries]))
         self.race_view.reset(names, log.header.get("settings", {}))
-        items: list[tuple[float, str, object]] = [(e.clock, e.variant, e) for e in log.steps]
-        items += [(s.wall_seconds, s.variant, s) for s in log.summaries]
+        items: list[tuple[float, str, object, object]] = [
+            (e.clock, e.variant, e, text) for e, text in zip(log.steps, log.texts)
+        ]
+        items += [(s.wall_seconds, s.variant, s, None) for s in log.summaries]
+        self.log_offsets = {(e.variant, e.step): at for e, at in zip(log.steps, log.offsets)}
         self.race_view.play(items, recorded_speed)
         notes = [n for n in (log.skipped_note(), "the file ends in a cut line" if log.truncated else "") if n]
         which = f" (run {index + 1} of {len(runs)})" if len(runs) > 1 else ""

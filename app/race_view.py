@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.charts import ChartsWidget
 from app.lane import LaneWidget
-from engine import BASELINE, RunSummary, StepEvent
+from engine import BASELINE, RunSummary, StepEvent, StepText
 
 FRAME_MS = 100  # coalesce arriving events into at most 10 repaints a second
 CHART_MS = 1000  # headers and charts once a second: rendering competes with the engine (app/bench_window.py)
@@ -72,7 +72,8 @@ class RaceView(QWidget):
             self.lanes[n] = lane
             self.charts.add_lane(n, lane.stats)
 
-    def show_item(self, lane: str, item: StepEvent | RunSummary) -> None:
+    def show_item(self, lane: str, item: StepEvent | RunSummary, text: StepText | None = None) -> None:
+        """One event of a lane, with the text the app decoded for it (None: its tokens' ids are shown)."""
         widget = self.lanes.get(lane)
         if widget is None:
             return
@@ -80,7 +81,7 @@ class RaceView(QWidget):
             widget.set_summary(item)
             self.charts.finish(lane, item)
         else:
-            widget.add_event(item)
+            widget.add_event(item, text)
             self.charts.add_event(lane, item)
         if not self.frame.isActive():
             self.frame.start()
@@ -122,11 +123,11 @@ class RaceView(QWidget):
         return widget.event_for_step(step) if widget else None
 
     # ---- playback of a saved run ----------------------------------------------------------------------------
-    def play(self, items: list[tuple[float, str, StepEvent | RunSummary]], recorded_speed: bool) -> None:
-        """Show (clock, lane, item) records: all at once, or each when its lane's recorded clock comes round."""
+    def play(self, items: list[tuple[float, str, StepEvent | RunSummary, StepText | None]], recorded_speed: bool):
+        """Show (clock, lane, item, text) records: all at once, or each when its lane's recorded clock comes round."""
         if not recorded_speed:
-            for _, lane, item in items:
-                self.show_item(lane, item)
+            for _, lane, item, text in items:
+                self.show_item(lane, item, text)
             self.render_frame()
             return
         self.replay_queue = sorted(items, key=lambda x: x[0])
@@ -140,8 +141,8 @@ class RaceView(QWidget):
     def _replay_tick(self) -> None:
         elapsed = time.perf_counter() - self.replay_started
         while self.replay_queue and self.replay_queue[0][0] <= elapsed:
-            _, lane, item = self.replay_queue.pop(0)
-            self.show_item(lane, item)
+            _, lane, item, text = self.replay_queue.pop(0)
+            self.show_item(lane, item, text)
         if not self.replay_queue:
             self.replay_timer.stop()
 

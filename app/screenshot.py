@@ -88,15 +88,17 @@ def main() -> None:
     win.grab().save(str(out / "race_1280.png"))
     win.resize(1600, 1000)
     wait(lambda: False, 1.0)
-    lane = win.lanes["eagle3"] if "eagle3" in win.lanes else next(iter(win.lanes.values()))
+    # the lane that drafted the widest trees: the inspector shows a tree, its accepted path and the rejected nodes
+    lane = max(win.lanes.values(), key=lambda lane: max((len(e.draft_tokens) for e in lane.events), default=0))
     step = next((e.step for e in lane.events if len(e.accepted_nodes) >= 2), 3)
     win.inspect(lane.name, step)
     app.processEvents()
     win.grab().save(str(out / "inspector.png"))
-    look = win.lanes.get("lookahead")
+    # a lane with a Jacobi window (lookahead): the inspector shows the window and the n-grams a step verified
+    look = next((lane for lane in win.lanes.values() if any(e.notes.window for e in lane.events)), None)
     if look is not None:
-        step = next((e.step for e in look.events if e.extra.get("ngrams") and e.accepted_nodes), 1)
-        win.inspect("lookahead", step)
+        step = next((e.step for e in look.events if e.notes.ngrams and e.accepted_nodes), 1)
+        win.inspect(look.name, step)
         app.processEvents()
         win.grab().save(str(out / "inspector_lookahead.png"))
     sweep = DOCS / "results" / "sweep" / "results.json"

@@ -1,32 +1,49 @@
 """Glance engine: speculative decoding over Hugging Face causal LMs, with no Qt dependency (docs/ARCHITECTURE.md).
 
-Public API:
+Public API (what the app and scripts import; everything else is the engine's own):
     Session.load(target, paths, methods, device, dtype) -> Session (target + the parts its drafters need)
     Session.race(prompt_ids, RaceSettings(methods, ...)) -> (lane, StepEvent | RunSummary)...
-    Session.decoder(method, settings).stream(prompt_ids) -> StepEvent..., RunSummary
+    Session.decoder(method, settings).run(prompt_ids) -> StepEvent..., RunSummary; .stream(prompts, rows): a batch
     DRAFTERS / METHODS: the drafter registry; DrafterOptions(**knobs): every drafter's options, checked
     load_model(name, device, dtype) -> LoadedModel; build_drafter(method, target, parts, options) -> Drafter
-    RunStats: every metric, fed by events; SessionLogWriter(path) / read_session_log(path)
+    RunStats: every metric, fed by events; SessionLogWriter(path) / read_session_log(path); the export tables
+    engine.bench: the benchmark suite and sweep (run_benchmark, BenchSetup, reports)
 """
 
-from engine.decoder import Decoder, GenerationResult
+from engine.decoding.loop import BatchResult, Decoder, GenerationResult
+from engine.decoding.sampling import SamplingConfig
+from engine.decoding.tree import is_chain, node_depths
+from engine.drafters.build import DrafterOptions, build_drafter
+from engine.drafters.spec import DrafterSpec, KnobField
 from engine.errors import GlanceError
-from engine.events import RunSummary, StepEvent
-from engine.models import LoadedModel, check_same_vocabulary, load_model
-from engine.registry import BASELINE, DRAFTERS, METHODS
-from engine.sampling import SamplingConfig
+from engine.models.catalog import installed
+from engine.models.loading import LoadedModel, check_same_vocabulary, load_model
+from engine.records.events import BudgetNote, DraftNotes, RunSummary, StepEvent
+from engine.records.session_log import (
+    SessionLogWriter,
+    StepText,
+    copy_run,
+    read_session_log,
+    read_session_logs,
+    read_target_top,
+)
+from engine.records.stats import RunStats
+from engine.records.tables import markdown_report, write_runs_csv, write_steps_csv
+from engine.registry import BASELINE, DRAFTERS, METHODS, parts
 from engine.session import RaceSettings, Session
-from engine.session_log import SessionLogWriter, read_session_log, read_session_logs
-from engine.stats import RunStats
-from engine.variants import DrafterOptions, build_drafter
 
 __all__ = [
     "BASELINE",
     "DRAFTERS",
+    "BatchResult",
+    "BudgetNote",
     "Decoder",
+    "DraftNotes",
     "DrafterOptions",
+    "DrafterSpec",
     "GenerationResult",
     "GlanceError",
+    "KnobField",
     "LoadedModel",
     "METHODS",
     "RaceSettings",
@@ -36,9 +53,19 @@ __all__ = [
     "Session",
     "SessionLogWriter",
     "StepEvent",
+    "StepText",
     "build_drafter",
     "check_same_vocabulary",
+    "copy_run",
+    "installed",
+    "is_chain",
     "load_model",
+    "markdown_report",
+    "node_depths",
+    "parts",
     "read_session_log",
     "read_session_logs",
+    "read_target_top",
+    "write_runs_csv",
+    "write_steps_csv",
 ]

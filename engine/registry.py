@@ -4,7 +4,7 @@ here (docs/ARCHITECTURE.md, "Add a drafter"); the CLI, the app, logs and benchma
 from __future__ import annotations
 
 from engine.drafters import autoregressive, eagle, eagle3, lookahead, medusa, prompt_lookup, vanilla
-from engine.drafters.spec import DrafterSpec, KnobField, PartSpec
+from engine.drafters.spec import BudgetTraits, DrafterSpec, KnobField, PartSpec
 from engine.errors import GlanceError
 
 DRAFTERS: tuple[DrafterSpec, ...] = (
@@ -27,6 +27,11 @@ def spec(name: str) -> DrafterSpec:
         return BY_NAME[name]
     except KeyError:
         raise GlanceError(f"unknown method '{name}': choose one of {', '.join(METHODS)}") from None
+
+
+def traits(name: str) -> BudgetTraits:
+    """How a draft budget may shape the drafts of the method `name` (defaults for a drafter the registry lacks)."""
+    return BY_NAME[name].budget if name in BY_NAME else BudgetTraits()
 
 
 def parts() -> list[PartSpec]:

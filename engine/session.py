@@ -10,21 +10,21 @@ from typing import Any
 
 import torch
 
-from engine.budget import make_budget
-from engine.catalog import find, part_folder
-from engine.chat import encode_prompt, has_template, stop_ids, use_chat
-from engine.decoder import CancelCheck, Decoder
+from engine.budget.cost_aware import make_budget
+from engine.decoding.loop import CancelCheck, Decoder
+from engine.decoding.race import Lane, race
+from engine.decoding.sampling import SamplingConfig
+from engine.drafters.build import DrafterOptions, build_drafter, describe_parts, load_parts, parts_needed
 from engine.errors import Cancelled, GlanceError
-from engine.events import RunSummary, StepEvent
-from engine.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
 from engine.heads.compiled_readout import forget_compiled_readouts
 from engine.heads.compiled_step import forget_compiled_steps
-from engine.models import BUNDLED_TARGET, LoadedModel, load_model
-from engine.race import Lane, race
+from engine.models.catalog import find, part_folder
+from engine.models.chat import encode_prompt, has_template, stop_ids, use_chat
+from engine.models.loading import BUNDLED_TARGET, LoadedModel, load_model
+from engine.records.events import RunSummary, StepEvent
+from engine.records.session_log import SessionLogWriter
 from engine.registry import METHODS, parts, spec
-from engine.sampling import SamplingConfig
-from engine.session_log import SessionLogWriter
-from engine.variants import DrafterOptions, build_drafter, describe_parts, load_parts, parts_needed
+from engine.runtime.forward import COMPILE_STEPS, CompileReport, compile_model, forget_compiled
 
 
 @dataclass
@@ -88,7 +88,7 @@ class Session:
         a part the user names none for is the bundled one; with their own target, only what they name. `cancel()`
         true stops the load between the target and its parts, and a compile between its warm-up shapes (Cancelled,
         "loading cancelled"); `progress(done, total, what)` is told before each model or part starts loading.
-        `compile`: compile the target's and the draft model's forwards (engine/forward.py) and the EAGLE heads'
+        `compile`: compile the target's and the draft model's forwards (engine/runtime/forward.py) and the EAGLE heads'
         drafting steps (engine/heads/compiled_step.py), and warm them up now; one that fails to compile stays eager
         and its report says why. `time_forwards`: then time the target's forwards that sizing drafts reads
         (`Session.time_forwards`), so that the first race starts at once."""
@@ -127,7 +127,8 @@ class Session:
         self, methods: list[str] | tuple[str, ...] = METHODS, cancel: Callable[[], bool] | None = None
     ) -> None:
         """Time, once a session, the target forwards that the cost-aware budget and lookahead's window read before
-        a run (engine/forward_timing.py: `measured_once`), for the loaded methods among `methods`. After a compile:
+        a run (engine/runtime/forward_timing.py: `measured_once`), for the loaded methods among `methods`. After a
+        compile:
         the compiled forward has costs of its own. `cancel()` true stops it between forwards (Cancelled): on
         SmolLM2-135M, eager, it takes about 14 s."""
         settings = RaceSettings([m for m in methods if self.available(m)])

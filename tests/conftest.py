@@ -11,11 +11,13 @@ import torch
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# Compile without timing each matrix product (engine/forward.py: inductor_options): the suite compiles dozens of tiny
+# Compile without timing each matrix product (engine/runtime/forward.py: inductor_options): the suite compiles dozens
+# of tiny
 # graphs whose speed nobody reads, and on a 2-core AMD EPYC with a cold inductor cache the timing made the suite take
 # 28 minutes. test_packed's tuning test turns it back on for itself.
 os.environ.setdefault("GLANCE_TUNE_PRODUCTS", "0")
-# Time each forward width in one round, not three (engine/forward_timing.py): the budgets' choices are tested, not
+# Time each forward width in one round, not three (engine/runtime/forward_timing.py): the budgets' choices are tested,
+# not
 # the precision of the costs they read, and a real model's first budgeted run timed forwards for half a minute.
 os.environ.setdefault("GLANCE_TIMING_ROUNDS", "1")
 
@@ -109,7 +111,7 @@ def model_folders(tmp_path_factory):
 def fresh_budget_memory():
     """Every test starts with no remembered budget runs: the budget remembers the last run of each target and
     drafter for the whole process, and a test must not read what another test's run left there."""
-    from engine import budget
+    from engine.budget import cost_aware as budget
 
     budget._MEMORY.clear()
     budget._PLAIN.clear()
@@ -130,3 +132,10 @@ def _weight(item) -> int:
 
 def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=_weight)
+
+
+def batch_decoder(target: torch.nn.Module, make=None, **kwargs):
+    """A Decoder whose drafter `make()` builds (None: plain decoding): the tests' batches, each with a fresh drafter."""
+    from engine.decoding.loop import Decoder
+
+    return Decoder(target, make() if make is not None else None, **kwargs)

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.export import EXPORT_FILES
 from app.main_window import MainWindow
-from engine.models import BUNDLED_TARGET
+from engine.models.loading import BUNDLED_TARGET
 
 pytestmark = pytest.mark.gui
 
@@ -107,7 +107,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
         f"pool {lookahead.stats.pool_size} · hit" in lookahead.header.text().replace("\u00a0", " ")
         and lookahead.stats.pool_size > 0
     )
-    step = next(e.step for e in lookahead.events if e.extra.get("ngrams"))
+    step = next(e.step for e in lookahead.events if e.notes.ngrams)
     win.inspect("lookahead", step)
     labels = [win.inspector.tree.topLevelItem(i).text(0) for i in range(win.inspector.tree.topLevelItemCount())]
     assert labels == ["pending", "window", "n-grams"]
@@ -284,7 +284,7 @@ def test_charts_tell_the_race_and_follow_the_theme(qtbot, tiny_window):
 
 
 def test_a_full_disk_mid_race_stops_the_log_not_the_race(qtbot, tiny_window, monkeypatch):
-    from engine.session_log import SessionLogWriter
+    from engine.records.session_log import SessionLogWriter
 
     win = tiny_window
     real_write = SessionLogWriter._write
@@ -494,16 +494,16 @@ def test_a_missing_xcb_cursor_library_is_named_with_its_fix(monkeypatch):
 
 
 def _step(step: int, pieces: list[str], drafted: int):
-    """A step that emits len(pieces) tokens, the first `drafted` of them from a chain draft."""
-    from engine import StepEvent
+    """A step that emits len(pieces) tokens, the first `drafted` of them from a chain draft, and its text."""
+    from engine import StepEvent, StepText
 
     n = len(pieces)
     return StepEvent(
         run_id="r", variant="vanilla", step=step, draft_tokens=list(range(drafted)),
         draft_parents=list(range(-1, drafted - 1)), accepted_nodes=list(range(drafted)), tokens=list(range(n)),
         from_draft=[k < drafted for k in range(n)], target_probs=[0.5] * n, draft_seconds=0.0, verify_seconds=0.01,
-        clock=0.01 * step, new_tokens=n * step, extra={"pieces": pieces, "rejected_pieces": []},
-    )  # fmt: skip
+        clock=0.01 * step, new_tokens=n * step,
+    ), StepText(pieces)  # fmt: skip
 
 
 def test_a_frame_maps_every_character_to_its_step_across_wide_characters(qtbot):
@@ -514,8 +514,8 @@ def test_a_frame_maps_every_character_to_its_step_across_wide_characters(qtbot):
     lane = LaneWidget("vanilla")
     qtbot.addWidget(lane)
     steps = [_step(1, ["a", "😀", "b"], 2), _step(2, ["😀😀", "c"], 1), _step(3, ["d"], 0)]
-    for ev in steps:
-        lane.add_event(ev)
+    for ev, text in steps:
+        lane.add_event(ev, text)
     lane.flush()
     assert lane.text() == "a😀b😀😀cd"
     doc = lane.view.document()
@@ -535,16 +535,16 @@ def test_events_cross_to_the_window_in_batches_in_order(qtbot, tiny_window):
     worker = c.thread.worker
     wakes, got, batches = [], [], []
     worker.wake.connect(lambda: wakes.append(1))
-    c.event.connect(lambda lane, item: got.append(item.step))
+    c.event.connect(lambda lane, item, text: got.append((item.step, text.pieces)))
     c.batch.connect(lambda: batches.append(1))
     events = [_step(i, ["x"], 0) for i in range(50)]
-    for ev in events:
-        c._post(worker, "nolane", ev)
+    for ev, text in events:
+        c._post(worker, "nolane", ev, text)
     qtbot.wait(30)  # the wake-up is delivered on the worker's thread: give it time, well under the 100 ms collection
     assert len(wakes) == 1 and len(c.inbox) == 50
     c.drain()
-    assert got == list(range(50)) and batches == [1] and not c.inbox
-    c._post(worker, "nolane", events[0])  # collected: the next event wakes the GUI thread again
+    assert got == [(i, ["x"]) for i in range(50)] and batches == [1] and not c.inbox
+    c._post(worker, "nolane", *events[0])  # collected: the next event wakes the GUI thread again
     qtbot.waitUntil(lambda: len(wakes) == 2, timeout=1_000)
     c.drain()
 
@@ -631,9 +631,10 @@ def test_an_opened_log_reads_a_steps_top_tokens_when_it_is_inspected(qtbot, tmp_
     log = win.export_to(tmp_path / "out")[0]
     open_and_wait(qtbot, win, log)
     ev = win.race_view.event_for("vanilla", 2)
-    assert ev.target_top == [] and "log_offset" in ev.extra  # kept on disk until needed
+    assert ev.target_top == [] and ("vanilla", 2) in win.log_offsets  # kept on disk until needed
     win.inspect("vanilla", 2)
-    assert ev.target_top and win.inspector.tree.topLevelItem(0).text(4)  # the pending row's top tokens are shown
+    assert win.inspector.tree.topLevelItem(0).text(4)  # the pending row's top tokens are read back and shown
+    assert ev.target_top == []  # beside the event: the app never writes into it
 
 
 def test_no_garbage_collection_runs_on_the_worker_thread(qtbot, tiny_window):
@@ -652,7 +653,7 @@ def test_no_garbage_collection_runs_on_the_worker_thread(qtbot, tiny_window):
 
 @pytest.mark.slow
 def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot, tmp_path, model_folders, closing):
-    from engine.forward import CompiledForward, forward_for, uncompile
+    from engine.runtime.forward import CompiledForward, forward_for, uncompile
 
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
     win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave", autoload=False)
@@ -684,11 +685,14 @@ def test_the_inspector_names_a_narrow_cap():
     from types import SimpleNamespace
 
     from app.inspector import budget_text
+    from engine import BudgetNote, DraftNotes
 
-    assert "greedy spine, at most 2 deep" in budget_text(
-        SimpleNamespace(step=4, extra={"depth_cap": 2, "narrow": True})
-    )
-    assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 2, "narrow": False})) == " (budget: at most 2 deep)"
-    assert budget_text(SimpleNamespace(step=4, extra={"depth_cap": 0, "narrow": False})) == " (budget: a plain step)"
-    window = SimpleNamespace(step=4, extra={"depth_cap": None, "narrow": False, "window": [[5]]})
+    def step(cap, narrow=False, notes=None):
+        return SimpleNamespace(step=4, budget=BudgetNote(cap, narrow), notes=notes or DraftNotes())
+
+    assert "greedy spine, at most 2 deep" in budget_text(step(2, True))
+    assert budget_text(step(2)) == " (budget: at most 2 deep)"
+    assert budget_text(step(0)) == " (budget: a plain step)"
+    window = step(None, notes=DraftNotes(window=[[5]]))
     assert budget_text(window) == " (budget: the window, rated above a plain step)"  # lookahead's window budget
+    assert budget_text(SimpleNamespace(step=4, budget=None, notes=DraftNotes())) == ""  # no budget ran

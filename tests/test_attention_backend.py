@@ -1,9 +1,9 @@
-"""cuDNN attention is switched off for models on CUDA only (engine/attention_backend.py)."""
+"""cuDNN attention is switched off for models on CUDA only (engine/runtime/attention_backend.py)."""
 
 import pytest
 import torch
 
-from engine.attention_backend import avoid_cudnn_attention
+from engine.runtime.attention_backend import avoid_cudnn_attention
 
 
 @pytest.fixture

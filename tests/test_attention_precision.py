@@ -1,4 +1,5 @@
-"""One query row in bfloat16 on a CPU attends in float32 (engine/attention_precision.py): what it computes, and that
+"""One query row in bfloat16 on a CPU attends in float32 (engine/runtime/attention_precision.py): what it computes, and
+that
 every model Glance loads, compiled or eager, and both EAGLE heads take that path."""
 
 from __future__ import annotations
@@ -7,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.attention_precision import NAME, glance_sdpa, in_float32, sdpa
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
 from engine.drafters.autoregressive import AutoregressiveDrafter
-from engine.forward import CompiledForward, register, uncompile
-from engine.models import load_model
-from engine.sampling import SamplingConfig
+from engine.models.loading import load_model
+from engine.runtime.attention_precision import NAME, glance_sdpa, in_float32, sdpa
+from engine.runtime.forward import CompiledForward, register, uncompile
 
 GEN = torch.Generator().manual_seed(0)
 

@@ -1,4 +1,5 @@
-"""Attention over a window of the static cache (engine/attention_window.py): the compiled forward reads the keys of
+"""Attention over a window of the static cache (engine/runtime/attention_window.py): the compiled forward reads the
+keys of
 the live entries only, computes what attention over every slot computed, and one graph serves every window."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from engine.attention_window import PREFIX, WINDOW_STEP, window
-from engine.decoder import Decoder
-from engine.forward import CompiledForward, forward_for, register, uncompile
+from engine.decoding.loop import Decoder
+from engine.runtime.attention_window import PREFIX, WINDOW_STEP, window
+from engine.runtime.forward import CompiledForward, forward_for, register, uncompile
 from tests.conftest import tiny_model
 
 IDS = torch.randint(0, 96, (1, 200), generator=torch.Generator().manual_seed(2))

@@ -6,11 +6,11 @@ import json
 import pytest
 
 from engine.cli import main
+from engine.decoding.sampling import SamplingConfig
 from engine.drafters.medusa import parse_tree
 from engine.errors import GlanceError
 from engine.heads.eagle import load_eagle_head
 from engine.heads.medusa import load_medusa_heads
-from engine.sampling import SamplingConfig
 from engine.train.prompts import load_prompt_suite
 from tests.conftest import tiny_model
 from tests.test_eagle import random_head

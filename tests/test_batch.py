@@ -3,16 +3,15 @@ different lengths, rows that advance by different amounts and rows that stop ear
 
 import pytest
 
-from engine.batch import BatchDecoder, BatchResult
-from engine.budget import WARMUP_STEPS, CostAwareBudget, FullBudget
-from engine.decoder import Decoder
+from engine.budget.cost_aware import WARMUP_STEPS, CostAwareBudget, FullBudget
+from engine.decoding.loop import BatchResult, Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.heads.readout import draft_step
-from tests.conftest import perturbed_copy, tiny_model
+from tests.conftest import batch_decoder, perturbed_copy, tiny_model
 from tests.test_eagle import random_head
 from tests.test_lookahead import LOOPY
 from tests.test_lossless import reference
@@ -47,7 +46,7 @@ def setup(request):
 def test_every_row_is_lossless(setup, method, batch):
     target, make, refs = setup
     prompts = PROMPTS[:batch]
-    res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(prompts)
+    res = batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(prompts)
     for prompt, tokens in zip(prompts, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
     if method == "ar":
@@ -60,7 +59,7 @@ def test_rows_stop_at_their_own_eos(setup):
     target, make, refs = setup
     prompts = PROMPTS[:3]
     eos = refs[tuple(prompts[1])][4]  # row 1 stops after 5 tokens; the others run on unless they meet it too
-    res = BatchDecoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate(prompts)
+    res = batch_decoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate_batch(prompts)
     for prompt, tokens in zip(prompts, res.tokens):
         ref = refs[tuple(prompt)]
         expected = ref[: ref.index(eos) + 1] if eos in ref else ref
@@ -76,9 +75,9 @@ def test_rows_that_finish_take_waiting_prompts_losslessly(setup, method, join):
     the refill the later prompts are never decoded."""
     target, make, refs = setup
     eos = refs[tuple(PROMPTS[1])][4]  # prompt 1 stops after 5 tokens; others run to the budget unless they meet it
-    decoder = BatchDecoder(target, make[method], max_new_tokens=NEW, eos_token_ids=eos)
+    decoder = batch_decoder(target, make[method], max_new_tokens=NEW, eos_token_ids=eos)
     decoder.join_rows = join
-    res = decoder.generate(PROMPTS, rows=3)
+    res = decoder.generate_batch(PROMPTS, rows=3)
     assert len(res.tokens) == len(PROMPTS)
     for prompt, tokens in zip(PROMPTS, res.tokens):
         ref = refs[tuple(prompt)]
@@ -93,7 +92,7 @@ def test_prompts_that_end_at_their_first_token_let_the_queue_through(setup, meth
     """One new token a prompt: every row ends at its prefill, joined rows too, and the queue still drains (a joined
     row that ended at once must leave the batch, not decode on)."""
     target, make, refs = setup
-    res = BatchDecoder(target, make[method], max_new_tokens=1).generate(PROMPTS, rows=3)
+    res = batch_decoder(target, make[method], max_new_tokens=1).generate_batch(PROMPTS, rows=3)
     assert res.tokens == [refs[tuple(p)][:1] for p in PROMPTS] and res.forwards == res.prefills
 
 
@@ -102,7 +101,7 @@ def test_continuous_rows_stream_each_prompts_events_once(setup):
     target, make, _ = setup
     seen: dict[int, list[int]] = {}
     result = None
-    for item in BatchDecoder(target, make["vanilla"], max_new_tokens=NEW).stream(PROMPTS[:5], rows=2):
+    for item in batch_decoder(target, make["vanilla"], max_new_tokens=NEW).stream(PROMPTS[:5], rows=2):
         if isinstance(item, BatchResult):
             result = item
         else:
@@ -118,12 +117,12 @@ def test_a_batch_needs_a_row(setup):
 
     target, make, _ = setup
     with pytest.raises(GlanceError, match="at least one row"):
-        BatchDecoder(target, None, max_new_tokens=NEW).generate(PROMPTS[:2], rows=0)
+        batch_decoder(target, None, max_new_tokens=NEW).generate_batch(PROMPTS[:2], rows=0)
 
 
 def test_batched_plain_decoding_is_one_forward_per_token(setup):
     target, _, _ = setup
-    res = BatchDecoder(target, None, max_new_tokens=NEW).generate([PROMPTS[0], PROMPTS[2]])
+    res = batch_decoder(target, None, max_new_tokens=NEW).generate_batch([PROMPTS[0], PROMPTS[2]])
     assert res.forwards == NEW and res.new_tokens == 2 * NEW
 
 
@@ -131,14 +130,14 @@ def test_batched_plain_decoding_is_one_forward_per_token(setup):
 def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
     """The batch streams StepEvents per row; read through the engine's statistics they give each row's tokens, its
     step count, and (for every row) the same tau the single-prompt decoder reports for that prompt."""
-    from engine.decoder import Decoder
-    from engine.stats import RunStats
+    from engine.decoding.loop import Decoder
+    from engine.records.stats import RunStats
 
     target, make, _ = setup
     prompts = PROMPTS[:3]
     stats = [RunStats() for _ in prompts]
     result = None
-    for item in BatchDecoder(target, make[method], max_new_tokens=NEW, variant=method).stream(prompts):
+    for item in batch_decoder(target, make[method], max_new_tokens=NEW, variant=method).stream(prompts):
         if isinstance(item, tuple):
             row, event = item
             assert event.variant == method
@@ -153,35 +152,24 @@ def test_batched_rows_emit_step_events_like_single_decoding(setup, method):
 
 
 def batched_and_alone(target, make, prompts, model, rows=None):
-    """Each prompt's drafts (tokens, parents, meta) and the calls of `model`, drafting batched and row by row,
-    `rows` prompts at a time."""
-    from engine.drafters.base import RowByRow
-
+    """Each prompt's drafts (tokens, parents, draft ids) and the calls of `model`: drafting every prompt in one batch
+    (`rows` at a time), and each prompt alone (a batch of one)."""
     calls = []
     hook = model.register_forward_hook(lambda *_: calls.append(1))
 
-    def drafts_of():
+    def drafts_of(batch, rows):
         out = {}
-        for item in BatchDecoder(target, make, max_new_tokens=NEW).stream(prompts, rows):
+        for item in batch_decoder(target, make, max_new_tokens=NEW).stream(batch, rows):
             if isinstance(item, BatchResult):
                 break
             row, ev = item
-            out.setdefault(row, []).append((ev.draft_tokens, ev.draft_parents, ev.extra.get("draft_ids")))
+            out.setdefault(row, []).append((ev.draft_tokens, ev.draft_parents, ev.notes.draft_ids))
         return out
 
     try:
-        batched = drafts_of()
+        batched = drafts_of(prompts, rows)
         batched_calls, calls[:] = len(calls), []
-        cls = type(make())
-        own = cls.__dict__.get("batch_drafting")  # the class's own (batched) one, or None when it inherits it
-        cls.batch_drafting = classmethod(lambda c, ds: RowByRow(ds))
-        try:
-            alone = drafts_of()
-        finally:
-            if own is None:
-                del cls.batch_drafting
-            else:
-                cls.batch_drafting = own
+        alone = {q: drafts_of([p], None)[0] for q, p in enumerate(prompts)}
     finally:
         hook.remove()
     return batched, alone, batched_calls, len(calls)
@@ -217,7 +205,7 @@ def test_batched_vanilla_leaves_out_what_each_row_would_alone(setup):
 
     batched, alone, _, _ = batched_and_alone(target, short, PROMPTS[:5], short().model)
     assert batched == alone
-    res = BatchDecoder(target, short, max_new_tokens=NEW).generate(PROMPTS)
+    res = batch_decoder(target, short, max_new_tokens=NEW).generate_batch(PROMPTS)
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], prompt
 
@@ -227,7 +215,7 @@ def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     """One depth cap per batch step, learned from the batch's own step times: only draft sizes change."""
     target, make, refs = setup
     budget = CostAwareBudget()
-    res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(PROMPTS)
+    res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(PROMPTS)
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
     assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
@@ -250,7 +238,7 @@ def test_a_step_where_a_joining_row_reads_its_prompt_is_not_timed(setup, method)
     price no depth, so the budget is told not to time it (as a run's first draft). Every other step is timed."""
     target, make, _ = setup
     budget = TimedSteps()
-    res = BatchDecoder(target, make[method], max_new_tokens=6, budget=budget).generate(PROMPTS[:4], rows=2)
+    res = batch_decoder(target, make[method], max_new_tokens=6, budget=budget).generate_batch(PROMPTS[:4], rows=2)
     assert res.prefills > 1  # prompts 2 and 3 joined as rows finished
     # one untimed step per refill: the rows a refill brought draft (in full) at their first step together
     assert budget.timed.count(False) == res.prefills - 1 and budget.timed[0] is True
@@ -271,7 +259,7 @@ def test_narrow_steps_keep_every_row_lossless(setup, method):
     """Each row's tree cut to its spine (Draft.spine) verifies as exactly as the tree."""
     target, make, refs = setup
     events, result = [], None
-    for item in BatchDecoder(target, make[method], max_new_tokens=NEW, budget=NarrowCaps()).stream(PROMPTS):
+    for item in batch_decoder(target, make[method], max_new_tokens=NEW, budget=NarrowCaps()).stream(PROMPTS):
         if isinstance(item, tuple):
             events.append(item[1])
         else:
@@ -301,7 +289,7 @@ def test_prompt_lookup_takes_the_cost_aware_cap_in_batches_only(setup):
     prompts = [LOOPY, [7, 70, 7, 70, 7], [33] * 9, [1, 2, 3]]
     for rows, capped in ((1, False), (2, True)):
         budget = Recording()
-        res = BatchDecoder(target, lambda: PromptLookupDrafter(), max_new_tokens=NEW, budget=budget).generate(
+        res = batch_decoder(target, lambda: PromptLookupDrafter(), max_new_tokens=NEW, budget=budget).generate_batch(
             prompts[: rows * 2], rows=rows
         )
         for prompt, tokens in zip(prompts, res.tokens):
@@ -316,8 +304,8 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
     """A second run starts from the first run's costs and acceptance (no warm-up of full drafts), one slot per batch
     size; the single-row decoder does the same; a batch size whose plain step is known starts from another size's
     run (SEED_ROWS); every row stays lossless."""
-    from engine.budget import _MEMORY, _PLAIN
-    from engine.decoder import Decoder
+    from engine.budget.cost_aware import _MEMORY, _PLAIN
+    from engine.decoding.loop import Decoder
 
     target, make, refs = setup
     _MEMORY.pop(target, None)  # other tests' runs on this target
@@ -325,7 +313,7 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
     for rows in (PROMPTS[:4], PROMPTS[:4], PROMPTS[:2]):
         budget = Recording()
         seen = len(_MEMORY.get(target, {}))
-        res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(rows)
+        res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(rows)
         assert res.tokens == [refs[tuple(p)] for p in rows], method
         new_slot = len(_MEMORY[target]) > seen
         assert (budget.caps[:WARMUP_STEPS] == [None, None, 0]) == new_slot, budget.caps  # the warm-up: new slots only
@@ -333,27 +321,29 @@ def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(se
     runs = [
         Decoder(target, make[method](), max_new_tokens=NEW, budget=CostAwareBudget()).generate(PROMPTS[1]) for _ in "ab"
     ]
-    assert [r.events[1].extra["depth_cap"] is None for r in runs] == [True, False]
+    assert [r.events[1].budget.depth_cap is None for r in runs] == [True, False]
     assert all(r.tokens == refs[tuple(PROMPTS[1])] for r in runs)
-    BatchDecoder(target, None, max_new_tokens=NEW, budget=CostAwareBudget()).generate(PROMPTS[:3])  # plain, B = 3
+    batch_decoder(target, None, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(
+        PROMPTS[:3]
+    )  # plain, B = 3
     budget = Recording()
-    res = BatchDecoder(target, make[method], max_new_tokens=NEW, budget=budget).generate(PROMPTS[:3])
+    res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(PROMPTS[:3])
     assert res.tokens == [refs[tuple(p)] for p in PROMPTS[:3]], method
     assert None not in budget.caps[:WARMUP_STEPS], budget.caps  # seeded from B = 4 (or 2): no full drafts
 
 
 def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(setup):
     """A cost-aware budget gets the target's steady forward cost of 1 to SPINE_WIDTHS tokens against one token's,
-    measured at the decoder's batch size (engine.forward_timing.measured_once)."""
-    from engine.budget import SPINE_WIDTHS, monotone_ratios
-    from engine.decoder import Decoder
-    from engine.forward_timing import measured_once
+    measured at the decoder's batch size (engine.runtime.forward_timing.measured_once)."""
+    from engine.budget.cost_aware import SPINE_WIDTHS, monotone_ratios
+    from engine.decoding.loop import Decoder
+    from engine.runtime.forward_timing import measured_once
 
     target, make, refs = setup
     widths = tuple(range(1, SPINE_WIDTHS + 1))
     for rows, run in (
         (1, lambda b: Decoder(target, make["eagle"](), max_new_tokens=4, budget=b).generate(PROMPTS[0])),
-        (2, lambda b: BatchDecoder(target, make["eagle"], max_new_tokens=4, budget=b).generate(PROMPTS[:2])),
+        (2, lambda b: batch_decoder(target, make["eagle"], max_new_tokens=4, budget=b).generate_batch(PROMPTS[:2])),
     ):
         budget = CostAwareBudget()
         run(budget)
@@ -377,7 +367,7 @@ def test_lookahead_fits_its_window_to_the_measured_forward_costs():
     def fitted(per_token):
         d = LookaheadDrafter()
         asked = []
-        d.fit_batch(4, lambda ws: asked.extend(ws) or {w: 1.0 + per_token * w for w in ws})
+        d.fit_window(4, lambda ws: asked.extend(ws) or {w: 1.0 + per_token * w for w in ws})
         assert asked == widths  # every stage's tokens a row, once
         assert d.extra_positions == d.window + d.ngram
         return d.window, d.ngram, d.guesses
@@ -386,13 +376,13 @@ def test_lookahead_fits_its_window_to_the_measured_forward_costs():
     assert fitted(0.02) == (2, 4, 3)  # 16
     assert fitted(0.001) == (4, 5, 4)
     alone = LookaheadDrafter()  # one row: a larger window must rate WINDOW_MARGIN above the smallest
-    alone.fit_batch(1, lambda ws: {w: 1.0 + 0.05 * w for w in ws})
+    alone.fit_window(1, lambda ws: {w: 1.0 + 0.05 * w for w in ws})
     assert (alone.window, alone.ngram, alone.guesses) == (1, 3, 1)  # 1/3/2 rates 2% above it
     alone = LookaheadDrafter()
-    alone.fit_batch(1, lambda ws: {w: 1.0 + 0.001 * w for w in ws})
+    alone.fit_window(1, lambda ws: {w: 1.0 + 0.001 * w for w in ws})
     assert (alone.window, alone.ngram, alone.guesses) == (4, 5, 4)  # 50% above
     kept = LookaheadDrafter()
-    kept.fit_batch(4, lambda ws: {})
+    kept.fit_window(4, lambda ws: {})
     assert (kept.window, kept.ngram, kept.guesses) == (4, 5, 4)
 
 
@@ -400,7 +390,7 @@ def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_los
     """Under `auto`, a batch's lookahead rows take the window the target's measured batch forward allows (measured
     once per model and batch size; a batch of one too), and every row still equals plain decoding; full drafts keep
     the settings."""
-    from engine import forward_timing
+    from engine.runtime import forward_timing
 
     target, _, refs = setup
     made, measured = [], []
@@ -409,7 +399,7 @@ def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_los
         made.append(LookaheadDrafter())  # the defaults: 4/5/4, 33 tokens a row
         return made[-1]
 
-    def rising(model, rows, widths):
+    def rising(model, rows, widths, cancel=None):
         measured.append(rows)
         return {w: 1.0 + 0.02 * w for w in widths}
 
@@ -417,17 +407,17 @@ def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_los
     assert set(real) == {3, 33} and all(v > 0 for v in real.values())
     once = forward_timing.measured_once(target, 2, [3, 5])
     assert forward_timing.measured_once(target, 2, [5, 3]) is once  # measured once per model, batch and widths
-    monkeypatch.setattr("engine.batch.measured_once", rising)
+    monkeypatch.setattr("engine.decoding.loop.measured_once", rising)
     prompts = PROMPTS[:4]
-    res = BatchDecoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate(prompts)
+    res = batch_decoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(prompts)
     assert res.tokens == [refs[tuple(p)] for p in prompts]
     assert measured and set(measured) == {4}
     assert all((d.window, d.ngram, d.guesses) == (2, 4, 3) for d in made)
     made.clear()
-    BatchDecoder(target, make, max_new_tokens=NEW).generate(prompts)  # full drafts
+    batch_decoder(target, make, max_new_tokens=NEW).generate_batch(prompts)  # full drafts
     assert (made[0].window, made[0].ngram, made[0].guesses) == (4, 5, 4)
     made.clear()
-    res = BatchDecoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate(prompts[:1])
+    res = batch_decoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(prompts[:1])
     assert res.tokens == [refs[tuple(prompts[0])]] and measured[-1] == 1
     assert (made[0].window, made[0].ngram, made[0].guesses) == (1, 3, 1)  # one row: 2/4/3 rates 12% above 1/3/1
 
@@ -443,7 +433,7 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
         measured.append(rows)
         return {w: 1.0 + 0.05 * w for w in widths}
 
-    monkeypatch.setattr("engine.decoder.measured_once", rising)
+    monkeypatch.setattr("engine.decoding.loop.measured_once", rising)
     for budget, shape in ((CostAwareBudget(), (1, 3, 1)), (None, (4, 5, 4))):
         drafter = LookaheadDrafter()
         res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(PROMPTS[0])
@@ -484,7 +474,7 @@ def test_finished_rows_leave_the_batch(setup):
         lambda _m, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]), with_kwargs=True
     )
     try:
-        res = BatchDecoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate(prompts)
+        res = batch_decoder(target, make["vanilla"], max_new_tokens=NEW, eos_token_ids=eos).generate_batch(prompts)
     finally:
         hook.remove()
     for prompt, tokens in zip(prompts, res.tokens):

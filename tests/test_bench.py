@@ -14,7 +14,7 @@ from engine.bench.suite import BenchSetup, aggregate, run_suite
 from engine.cli import main
 from engine.heads.eagle import EagleHead
 from engine.heads.medusa import MedusaHeads
-from engine.models import load_model
+from engine.models.loading import load_model
 
 PROMPTS = [
     {"id": "a", "category": "defs", "prompt": "def add(a, b):"},
@@ -278,8 +278,8 @@ def test_forward_costs_time_each_shape_in_a_run_of_it(monkeypatch):
     ever sees (on an AMX Xeon the one-token forward took four runs to settle; timed on its second run it inflated the
     cost model's one-token cost and every prediction with it): each size runs RUNS times, the last few are timed."""
     from engine.bench import cost
-    from engine.forward import ModelForward
-    from engine.forward_timing import RUNS
+    from engine.runtime.forward import ModelForward
+    from engine.runtime.forward_timing import RUNS
     from tests.conftest import tiny_model
 
     model = tiny_model("llama", seed=0)
@@ -307,8 +307,8 @@ def test_a_shapes_cost_is_the_least_of_its_last_runs(monkeypatch):
 
     import torch
 
-    from engine import forward_timing
-    from engine.forward_timing import RUNS, STEADY_RUNS, steady_seconds
+    from engine.runtime import forward_timing
+    from engine.runtime.forward_timing import RUNS, STEADY_RUNS, steady_seconds
 
     durations = [9.0] * (RUNS - STEADY_RUNS) + [5.0, 3.0, 4.0][-STEADY_RUNS:]
     clock = iter([t for d in durations for t in (0.0, d)])

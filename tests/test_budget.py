@@ -2,7 +2,7 @@
 
 import pytest
 
-from engine.budget import (
+from engine.budget.cost_aware import (
     DEEPER_MARGIN,
     EXPLORE_EVERY,
     FADE,
@@ -18,9 +18,9 @@ from engine.budget import (
     make_budget,
     monotone_ratios,
 )
+from engine.decoding.tree import Draft, spine_nodes
 from engine.errors import GlanceError
 from engine.session import RaceSettings
-from engine.tree import Draft, spine_nodes
 
 
 def chain(depth: int) -> Draft:
@@ -151,7 +151,8 @@ def test_the_first_drafted_step_of_a_run_is_not_timed():
 
 
 def test_a_step_not_timed_counts_acceptance_and_no_seconds():
-    """A batch step where a row that joined mid-run read its prompt (engine/batch.py) is not timed: its acceptance
+    """A batch step where a row that joined mid-run read its prompt (engine/decoding/batch.py) is not timed: its
+    acceptance
     counts, its seconds price no depth."""
     budget = CostAwareBudget(fade=1.0)
     budget.observe(None, chain(4), 2, 0.030, 0.008)  # the run's first draft: untimed anyway
@@ -184,10 +185,10 @@ def test_the_plain_cost_is_the_median_of_the_latest_runs_whoever_ran_them():
     """A drafter that drafts nearly every step sees only cold plain steps; plain decoding's own runs (or any other
     drafter's) at the same batch size tell the budget what a plain step costs: the median of the latest PLAIN_RUNS
     runs' low quantiles, so that one run on a briefly faster machine does not make every draft look dear."""
-    from engine.budget import PLAIN_RUNS, remembered
+    from engine.budget.cost_aware import PLAIN_RUNS, remembered
+    from engine.decoding.sampling import SamplingConfig
     from engine.drafters.base import Drafter
     from engine.drafters.prompt_lookup import PromptLookupDrafter
-    from engine.sampling import SamplingConfig
 
     class Target:
         pass
@@ -300,9 +301,9 @@ def test_a_run_starts_from_what_the_last_run_learned():
 
 
 def test_the_memory_has_a_slot_per_drafter_setting_batch_size_and_sampling():
-    from engine.budget import remembered
+    from engine.budget.cost_aware import remembered
+    from engine.decoding.sampling import SamplingConfig
     from engine.drafters.prompt_lookup import PromptLookupDrafter
-    from engine.sampling import SamplingConfig
 
     class Target:  # anything a weak reference can point to: the slots live as long as the model
         pass
@@ -322,9 +323,9 @@ def test_the_memory_has_a_slot_per_drafter_setting_batch_size_and_sampling():
 def test_a_batch_size_never_drafted_at_starts_from_the_nearest_ones_run_at_its_own_plain_price():
     """No warm-up at a new batch size where another drafted: its acceptance as the prior, its prices scaled by the two
     sizes' plain steps and stale (re-timed, never skipped on); nothing to seed from, or seeding off: the warm-up."""
-    import engine.budget as eb
+    import engine.budget.cost_aware as eb
+    from engine.decoding.sampling import SamplingConfig
     from engine.drafters.prompt_lookup import PromptLookupDrafter
-    from engine.sampling import SamplingConfig
 
     class Target:
         pass
@@ -366,7 +367,7 @@ def test_a_batch_size_never_drafted_at_starts_from_the_nearest_ones_run_at_its_o
 def test_no_probe_near_the_end_of_a_run_while_plain_steps_win():
     """A probe that finds drafting pays needs steps left to win back its cost: with fewer than PROBE_HORIZON tokens
     left and plain steps best, every step is plain; with more, probes come as before."""
-    from engine.budget import PROBE_HORIZON
+    from engine.budget.cost_aware import PROBE_HORIZON
 
     caps = {}
     for left in (PROBE_HORIZON - 1, PROBE_HORIZON + 100):
@@ -385,7 +386,7 @@ def test_costly_probes_take_at_most_their_share_of_the_run():
     """Where a probe from plain steps costs many plain steps (a switch between graphs, a catch-up, a cold cache),
     probes come far enough apart that they take about PROBE_SHARE of the run; where a probe costs little, the back-off
     alone paces them. The probes' costs carry over to the next run."""
-    from engine.budget import PROBE_SHARE
+    from engine.budget.cost_aware import PROBE_SHARE
 
     def probe_steps(drafted_s: float, memory=None, steps: int = 4000) -> list[int]:
         budget = CostAwareBudget()
@@ -426,7 +427,7 @@ def test_a_new_run_probes_early_whatever_back_off_the_last_runs_built_up():
     """A new run is new text: after runs where drafting lost (probes backed off and spaced by their cost), the next
     run still probes within RUN_PROBE_AT steps, and its hindsight decides. Carried over, the pace put the next probe
     past the end of the next runs."""
-    from engine.budget import RUN_PROBE_AT
+    from engine.budget.cost_aware import RUN_PROBE_AT
 
     def first_probe(run_probe_at) -> int | None:
         memory: dict = {}
@@ -772,7 +773,7 @@ def test_a_short_run_after_plain_steps_probes_at_its_start_only_where_a_probe_co
     """A probe the last run could not make (too few tokens left) is not carried as due at the next run's first step.
     A run too short for its probe at RUN_PROBE_AT probes at its first step only where that could pay: where a
     one-deep draft would save time even with every token accepted (cheap drafts), not where it could not."""
-    from engine.budget import PROBE_HORIZON, RUN_PROBE_AT
+    from engine.budget.cost_aware import PROBE_HORIZON, RUN_PROBE_AT
 
     short = PROBE_HORIZON + RUN_PROBE_AT - 2  # tokens in each short run: at RUN_PROBE_AT too few are left to probe
     for per_depth, probes in ((0.020, False), (0.002, True)):  # a one-deep draft: 3 plain steps' cost, or 1.2

@@ -8,18 +8,18 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.budget import CostAwareBudget, FullBudget
-from engine.decoder import Decoder
+from engine.budget.cost_aware import CostAwareBudget, FullBudget
+from engine.decoding.loop import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
-from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.heads.eagle import load_eagle_head
 from engine.heads.eagle3 import load_eagle3_head
 from engine.heads.medusa import load_medusa_heads
-from engine.models import BUNDLED_DRAFT, BUNDLED_EAGLE, BUNDLED_EAGLE3, BUNDLED_MEDUSA, BUNDLED_TARGET, RESOURCES
+from engine.models.loading import BUNDLED, BUNDLED_DRAFT, BUNDLED_TARGET, RESOURCES
+from engine.registry import traits
 from engine.train.corpus import stdlib_corpus
 from engine.train.demo import encode_files
 from engine.train.lm import heldout_loss
@@ -76,12 +76,11 @@ def test_heldout_loss_matches_model_card(bundled):
 
 DRAFTERS = {
     "vanilla": lambda target, draft: VanillaDrafter(draft, gamma=4),
-    "medusa": lambda target, draft: MedusaDrafter(load_medusa_heads(BUNDLED_MEDUSA, target)),
-    "eagle": lambda target, draft: EagleDrafter(load_eagle_head(BUNDLED_EAGLE, target)),
-    "eagle3": lambda target, draft: Eagle3Drafter(load_eagle3_head(BUNDLED_EAGLE3, target)),
+    "medusa": lambda target, draft: MedusaDrafter(load_medusa_heads(BUNDLED / "medusa", target)),
+    "eagle": lambda target, draft: EagleDrafter(load_eagle_head(BUNDLED / "eagle", target)),
+    "eagle3": lambda target, draft: Eagle3Drafter(load_eagle3_head(BUNDLED / "eagle3", target)),
     "lookahead": lambda target, draft: LookaheadDrafter(),
     "lookahead-jacobi-only": lambda target, draft: LookaheadDrafter(window=5, ngram=3, guesses=5, context_ngrams=False),
-    "lookahead-glance": lambda target, draft: GlanceLookaheadDrafter(),
 }
 
 
@@ -136,17 +135,18 @@ def test_draft_budgets_change_only_the_draft_size(bundled, method, budget):
     """Capped drafts, plain steps in between included, give plain greedy decoding's output token for token."""
     target, draft, tok = bundled
     drafter = DRAFTERS[method](target, draft)
+    budgeted = traits(drafter.name).depth_cap == "always"  # what the drafter's spec declares
     caps, narrowed = set(), False
     for rec in load_prompt_suite(SUITE)[5::40][:2]:
         ids = tok(rec["prompt"])["input_ids"]
         ref = Decoder(target, max_new_tokens=40, eos_token_ids=tok.eos_token_id).generate(ids).tokens
         res = Decoder(target, drafter, max_new_tokens=40, eos_token_ids=tok.eos_token_id, budget=budget()).generate(ids)
         assert res.tokens == ref, rec["id"]
-        caps |= {e.extra.get("depth_cap", "none") for e in res.events[1:]}
-        narrowed = narrowed or any(e.extra.get("narrow") for e in res.events[1:])
-        if drafter.budgeted:
+        caps |= {e.budget.depth_cap if e.budget else "none" for e in res.events[1:]}
+        narrowed = narrowed or any(e.budget and e.budget.narrow for e in res.events[1:])
+        if budgeted:
             assert res.summary.settings["draft_budget"] == budget.name
-    if not drafter.budgeted:  # n-gram drafters opt out of depth caps; lookahead gates its window instead
+    if not budgeted:  # n-gram drafters opt out of depth caps; lookahead gates its window instead
         if method.startswith("lookahead"):  # window steps (None) and maybe plain steps (0), never a depth
             assert None in caps and caps <= {None, 0}, caps
         else:

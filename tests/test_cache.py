@@ -4,8 +4,8 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from engine.cache import cache_length, compact_tail, crop, keep_positions
-from engine.tree import tree_attention_mask, tree_position_ids
+from engine.decoding.tree import tree_attention_mask, tree_position_ids
+from engine.runtime.cache import cache_length, compact_tail, crop, keep_positions
 from tests.conftest import ARCHS, tiny_model
 
 
@@ -69,7 +69,7 @@ def test_keep_positions_selects_in_order():
 
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_a_run_past_the_context_length_is_refused_before_it_starts(arch):
-    from engine.decoder import Decoder
+    from engine.decoding.loop import Decoder
     from engine.drafters.lookahead import LookaheadDrafter
     from engine.errors import GlanceError
     from tests.conftest import tiny_model

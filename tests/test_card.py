@@ -2,7 +2,7 @@
 
 import json
 
-from engine.models import RESOURCES
+from engine.models.loading import RESOURCES
 from engine.train.card import render_card
 
 MODELS = RESOURCES / "models"

@@ -128,13 +128,10 @@ def test_lookahead_knobs(model_folders, capsys):
     out = run_json(capsys, "--method", "lookahead", *knobs, *common)
     assert out["token_ids"] == ar["token_ids"]
     assert {"window": 3, "ngram": 3, "guesses": 2, "context_ngrams": True}.items() <= out["settings"].items()
-    assert out["settings"]["variant"] == "reference"
-    glance = run_json(capsys, "--method", "lookahead", "--lookahead-variant", "glance", *knobs, *common)
-    assert glance["token_ids"] == ar["token_ids"] and glance["settings"]["variant"] == "glance"
     with pytest.raises(SystemExit) as bad:  # argparse refuses a choice it does not offer, in one line
-        main(["generate", "--method", "lookahead", "--lookahead-variant", "paper", *common])
+        main(["generate", "--method", "medusa", "--acceptance", "paper", *common])
     err = capsys.readouterr().err.strip()
-    assert bad.value.code == 2 and len(err.splitlines()) == 1 and "--lookahead-variant" in err, err
+    assert bad.value.code == 2 and len(err.splitlines()) == 1 and "--acceptance" in err, err
     _bad(capsys, ["--method", "lookahead", "--lookahead-ngram", "1", *common], "--lookahead-ngram must be between 2")
 
 

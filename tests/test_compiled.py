@@ -1,4 +1,5 @@
-"""The compiled forward (engine/forward.py) decodes exactly as the eager one, for every drafter, one row or several.
+"""The compiled forward (engine/runtime/forward.py) decodes exactly as the eager one, for every drafter, one row or
+several.
 
 Two layers are tested apart: the static cache with its full-width masks and in-place edits (run eager, fast, on three
 architectures), and torch.compile itself over it (one tiny target and draft, compiled once for the module)."""
@@ -9,23 +10,30 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from engine.batch import BatchDecoder
-from engine.cache import cache_length, compact_tail, gather_rows, move_row_entries
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.tree import additive_mask
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
-from engine.forward import CompiledForward, ModelForward, compile_model, forward_for, greedy_ids, register, uncompile
 from engine.heads.compiled_readout import CompiledReadout, compile_readout, compiled_readout_of, uncompile_readout
 from engine.heads.compiled_step import CompiledDraftStep, compile_head, compiled_step_of, uncompile_head
 from engine.heads.eagle3 import Eagle3Head
 from engine.heads.readout import candidates, draft_step, top_candidates
-from engine.static_cache import StaticKVCache
-from engine.tree import additive_mask
-from tests.conftest import perturbed_copy, tiny_model
+from engine.runtime.cache import cache_length, compact_tail, gather_rows, move_row_entries
+from engine.runtime.forward import (
+    CompiledForward,
+    ModelForward,
+    compile_model,
+    forward_for,
+    greedy_ids,
+    register,
+    uncompile,
+)
+from engine.runtime.static_cache import StaticKVCache
+from tests.conftest import batch_decoder, perturbed_copy, tiny_model
 from tests.test_eagle import random_head
 from tests.test_eagle3 import deep_target
 from tests.test_lookahead import LOOPY
@@ -63,7 +71,7 @@ def shallow_copy(target):
 
 
 def decode_all(target, make, prompts) -> dict:
-    """Every method's greedy tokens per prompt, alone (Decoder), and as one batch (BatchDecoder)."""
+    """Every method's greedy tokens per prompt, alone (a batch of one), and as one batch."""
     out = {}
     for method, maker in make.items():
         drafter = maker() if maker else None
@@ -94,10 +102,10 @@ def test_the_static_cache_decodes_every_method_exactly(static_eager):
     for method, tokens in decode_all(target, make, PROMPTS).items():
         assert tokens == refs, method
     for method in ("ar", "vanilla", "eagle", "lookahead"):  # per-row gathers of the target's and the draft's caches
-        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS)
+        res = batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(PROMPTS)
         assert res.tokens == refs, method
         # two rows for every prompt: finished rows take waiting prompts, written into the static cache's rows
-        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS, rows=2)
+        res = batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(PROMPTS, rows=2)
         assert res.tokens == refs and res.prefills > 1, method
 
 
@@ -118,7 +126,7 @@ def test_the_static_cache_grows_past_its_capacity_and_keeps_its_entries():
 def test_a_compaction_moves_entries_in_the_next_forward_or_at_once_when_read():
     """The static cache's compaction only records its moves (the next compiled forward does them in its graph);
     reading or editing the cache first does them eager, and a compaction past MOVE_SLOTS moves is done at once."""
-    from engine.static_cache import MOVE_SLOTS
+    from engine.runtime.static_cache import MOVE_SLOTS
 
     target = tiny_model("llama", seed=0)
     forward = CompiledForward(target, compile=False)
@@ -164,7 +172,7 @@ def test_static_cache_edits_match_the_dynamic_cache_edits():
 def test_logits_at_gives_those_rows_logits_and_nothing_else(monkeypatch, takes_it):
     """A prefill that asks for the last rows only gets exactly those rows' logits (the LM head runs on them alone
     where the model takes `logits_to_keep`; otherwise the rows are picked afterwards), on every forward kind."""
-    import engine.forward as forward_module
+    import engine.runtime.forward as forward_module
 
     monkeypatch.setattr(forward_module, "_takes_logits_to_keep", lambda cls: takes_it)
     target = tiny_model("llama", seed=0)
@@ -327,21 +335,24 @@ def test_compiled_batches_are_exact_and_compile_nothing_after_a_batched_warm_up(
         readout.graphs[key] = lambda x, graph=graph: rows_read.append(x.shape[0]) or graph(x)
     graphs = counters["stats"]["unique_graphs"]
     for method in ("ar", "vanilla", "medusa", "eagle", "eagle3"):
-        assert BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS).tokens == eager[method]
+        assert batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(PROMPTS).tokens == eager[method]
         # one row through the batch decoder (the sweep's B = 1 cells): the single-row graphs, with the batch
         # decoder's own positions (one-row graphs traced with a view for positions compiled again here: 0.1x)
-        one = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS[1:2]).tokens
+        one = batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(PROMPTS[1:2]).tokens
         assert one == eager[method][1:2]
     assert counters["stats"]["unique_graphs"] == graphs
     assert max(rows_read) == len(PROMPTS) and 1 in rows_read  # the batch's read-out ran compiled, and one row's
     for method in ("ar", "eagle", "lookahead"):  # two rows, finished rows taking waiting prompts: each step's moves
-        res = BatchDecoder(target, make[method], max_new_tokens=NEW).generate(PROMPTS, rows=2)  # wait for a graph
+        res = batch_decoder(target, make[method], max_new_tokens=NEW).generate_batch(
+            PROMPTS, rows=2
+        )  # wait for a graph
         assert res.tokens == eager[method] and res.prefills > 1, method  # that the joins' row edits settle first
 
 
 @pytest.mark.slow
 def test_two_rows_of_two_tokens_run_their_own_graph_exactly(compiled):
-    """A batch of two rows verifying one-deep drafts runs a graph of its own (engine/forward.py: PAIR_ROWS), warmed
+    """A batch of two rows verifying one-deep drafts runs a graph of its own (engine/runtime/forward.py: PAIR_ROWS),
+    warmed
     up with the batched graphs: its logits are the eager model's, and it compiles nothing new."""
     target, _, _, _, _ = compiled
     forward = forward_for(target)
@@ -517,10 +528,10 @@ def test_forgetting_compiled_forwards_and_steps_frees_their_models_and_heads():
     import gc
     import weakref
 
-    from engine import forward
-    from engine.forward import forget_compiled
     from engine.heads.compiled_step import forget_compiled_steps
     from engine.heads.readout import draft_steps
+    from engine.runtime import forward
+    from engine.runtime.forward import forget_compiled
 
     # what other tests compiled (this module's fixture) is compiled again afterwards: forgetting is global
     kept = dict(forward._REGISTRY)

@@ -6,7 +6,7 @@ import json
 import torch
 from safetensors.torch import load_file
 
-from engine.draft_layers import LAYERS_FILE, assemble_draft
+from engine.models.draft_layers import LAYERS_FILE, assemble_draft
 from engine.train.distill import kept_layers, train_draft
 
 
@@ -38,7 +38,7 @@ def test_distilled_draft_stores_only_its_layers_and_races_losslessly(model_folde
     for key in ("model.embed_tokens.weight", "lm_head.weight"):  # untied target: both are shared, not retrained
         assert torch.equal(draft_weights[key], target_weights[key].to(torch.bfloat16))
 
-    from engine.sampling import SamplingConfig
+    from engine.decoding.sampling import SamplingConfig
     from engine.session import RaceSettings, Session
 
     session = Session.load(str(model_folders["target"]), {"draft": str(full)}, ["ar", "vanilla"], dtype="float32")
@@ -67,7 +67,7 @@ def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(
     tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
     assert "local_files_only" not in tokenizer_config and "trust_remote_code" not in tokenizer_config  # how, not what
 
-    from engine.sampling import SamplingConfig
+    from engine.decoding.sampling import SamplingConfig
     from engine.session import RaceSettings, Session
 
     session = Session.load(target, {"draft": str(out)}, ["ar", "vanilla"], dtype="float32")

@@ -92,7 +92,7 @@ def test_code_comments_carry_no_dated_measurements_or_evidence_paths():
 
 
 def test_nothing_assigns_inductor_settings_process_wide():
-    """Compiled graphs carry their own inductor options (engine.forward.inductor_options): an assignment to
+    """Compiled graphs carry their own inductor options (engine.runtime.forward.inductor_options): an assignment to
     torch._inductor.config would change how every later graph compiles, another test's included."""
     pattern = re.compile(r"_inductor\.config\.[a-z_.]* *=[^=]")
     found = [

@@ -5,13 +5,12 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.batch import BatchDecoder
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.errors import GlanceError
 from engine.heads.eagle import DRAFT_VOCAB, load_eagle_head
 from engine.heads.readout import top_candidates
-from tests.conftest import tiny_model
+from tests.conftest import batch_decoder, tiny_model
 from tests.test_eagle import random_head, trained_head
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import second_token_pvalue
@@ -58,7 +57,9 @@ def test_greedy_is_lossless_over_a_draft_vocabulary(target_and_head, mode):
             taus.append(res.summary.mean_accepted_length)
             assert all(set(e.draft_tokens) <= set(ids.tolist()) for e in res.events[1:])
         assert max(taus) > 1.0  # drafts from the vocabulary were accepted
-        batch = BatchDecoder(target, lambda: EagleDrafter(head, **mode), max_new_tokens=NEW).generate(PROMPTS, rows=2)
+        batch = batch_decoder(target, lambda: EagleDrafter(head, **mode), max_new_tokens=NEW).generate_batch(
+            PROMPTS, rows=2
+        )
         assert [batch.tokens[i] for i in range(len(PROMPTS))] == [reference(target, p) for p in PROMPTS]
     finally:
         head.set_draft_vocab(None)
@@ -116,7 +117,7 @@ def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
     target = str(model_folders["target"])
     report = train_eagle(target, tmp_path / "h", steps=1, data=str(data), batch_size=2, seq_len=32, draft_vocab=24)
     assert report["draft_vocab"] == 24 and 0.5 < report["heldout_vocab_coverage"] <= 1.0
-    from engine.models import load_model
+    from engine.models.loading import load_model
 
     model = load_model(target).model
     assert len(load_eagle_head(tmp_path / "h", model).draft_ids) == 24
@@ -154,7 +155,7 @@ def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
 def test_training_medusa_writes_a_vocabulary(model_folders, tmp_path):
     """`train medusa` gives its heads a draft vocabulary as `train eagle` does (--draft-vocab 0: none)."""
     from engine.heads.medusa import load_medusa_heads
-    from engine.models import load_model
+    from engine.models.loading import load_model
     from engine.train.medusa import train_medusa
 
     data = tmp_path / "corpus.py"
@@ -198,7 +199,9 @@ def test_medusa_reads_those_rows_and_stays_lossless(shared):
     assert res.tokens == picked
     assert res.summary.mean_accepted_length > 1.0
     assert all(set(e.draft_tokens) <= set(ids.tolist()) for e in res.events[1:])
-    batch = BatchDecoder(target, lambda: MedusaDrafter(heads, "cpu_16"), max_new_tokens=NEW).generate(PROMPTS, rows=2)
+    batch = batch_decoder(target, lambda: MedusaDrafter(heads, "cpu_16"), max_new_tokens=NEW).generate_batch(
+        PROMPTS, rows=2
+    )
     assert [batch.tokens[i] for i in range(len(PROMPTS))] == [reference(target, p) for p in PROMPTS]
     eager = [e.draft_tokens for e in Decoder(target, MedusaDrafter(heads), max_new_tokens=NEW).generate(prompt).events]
     report = compile_readout(heads, MedusaDrafter(heads).topk)

@@ -6,10 +6,11 @@ import json
 import pytest
 import torch
 
-from engine.decoder import Decoder
-from engine.drafters.eagle import EagleDrafter
+from engine.decoding.loop import Decoder
+from engine.drafters.eagle import EagleDrafter, head_mask
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
+from engine.registry import traits
 from engine.train.eagle import depth_accuracy, eagle_loss, target_view
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
@@ -143,14 +144,14 @@ def test_dynamic_tree_shape_and_head_mask(target_and_head):
     """The knobs mean SafeAILab/EAGLE's: `depth` expansions after the root's top-k (depth + 1 levels), and
     `total_tokens` verified tokens, the pending one included (total - 1 drafted nodes); parents come first; the
     head's draft mask equals brute force."""
-    from engine.tree import node_depths
+    from engine.decoding.tree import node_depths
 
     target, head = target_and_head
     for top_k, depth, total in [(4, 4, 10), (6, 5, 20), (2, 6, 5), (3, 2, 40)]:
         drafter = EagleDrafter(head, top_k=top_k, depth=depth, total_tokens=total)
         assert drafter.settings() | {"levels": depth + 1, "draft_nodes": total - 1} == drafter.settings()
         sizes, deepest = [], 0
-        for ev in Decoder(target, drafter, max_new_tokens=40).stream([5, 6, 7]):
+        for ev in Decoder(target, drafter, max_new_tokens=40).run([5, 6, 7]):
             if not hasattr(ev, "draft_parents") or ev.step == 0:
                 continue
             sizes.append(len(ev.draft_tokens))
@@ -169,17 +170,18 @@ def test_dynamic_tree_shape_and_head_mask(target_and_head):
             expect[r, 3 + a] = True
         expect[r, 6 + r] = True
     causal = torch.ones(3, 5 + 3, dtype=torch.bool).tril(5)  # a catch-up of 3 pairs after 5 committed ones
+    columns = [[3 + a for a in anc] for anc in ancestors]  # the draft entries' slots sit after the 3 committed pairs
     for dtype in (torch.float32, torch.bfloat16, torch.float16):  # built in numpy, viewed as the dtype
-        mask = EagleDrafter(head)._mask(3, ancestors, 3, dtype, "cpu")[0, 0]
+        mask = head_mask({0: ([0, 1, 2], 4, columns)}, 1, 6, 4, dtype)[0, 0]
         assert mask.dtype == dtype and torch.equal(mask == 0, expect)
         assert torch.all(mask[~expect] == torch.finfo(dtype).min)
-        run = EagleDrafter(head)._mask(5, None, 3, dtype, "cpu")[0, 0]
+        run = head_mask({0: (list(range(5)), 3, None)}, 1, 5, 3, dtype)[0, 0]
         assert run.dtype == dtype and torch.equal(run == 0, causal)
         assert torch.all(run[~causal] == torch.finfo(dtype).min)
 
 
 @pytest.mark.parametrize("mode", [dict(dynamic=True, top_k=3), dict(dynamic=False)])
-def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(target_and_head, mode):
+def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(target_and_head, mode, monkeypatch):
     """After plain steps the head catches up on the target's features; its candidates after each pair are depth 1 of
     a tree drafted there. Hindsight must say whether the target's next token was among them: checked against the
     head run teacher-forced over the whole sequence."""
@@ -190,7 +192,7 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
     for prompt in PROMPTS + [[5, 5, 5, 5]]:
         budget = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
         drafter = EagleDrafter(head, **mode)
-        assert drafter.hindsight_depth == 1
+        assert traits(drafter.name).hindsight_depth == 1
         res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
         seq = prompt + res.tokens
         assert res.tokens == reference(target, prompt)
@@ -216,7 +218,7 @@ def test_eagle_hindsight_is_what_depth_one_of_a_tree_would_have_had_accepted(tar
     # cut to the last two, and the same output
     short = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
     drafter = EagleDrafter(head, **mode)
-    drafter.hindsight_rows = 2
+    monkeypatch.setattr("engine.drafters.eagle.HINDSIGHT_ROWS", 2)
     prompt = PROMPTS[-1] + [5, 5, 5, 5]
     full = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
     want = Decoder(target, EagleDrafter(head, **mode), max_new_tokens=NEW, budget=full).generate(prompt).tokens
@@ -231,14 +233,14 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
     have in the text: every draft's depth-1 candidates are the head's over that window, teacher-forced with those
     positions (shifted ones would move every later pair's rotary offset against the cached ones), and decoding
     stays lossless, one row or a batch."""
-    from engine.batch import BatchDecoder
-    from engine.budget import FullBudget
+    from engine.budget.cost_aware import FullBudget
+    from tests.conftest import batch_decoder
 
     class Drafts(FullBudget):
         def __init__(self):
             self.seen = []  # (committed length when drafted, the draft)
 
-        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None):
+        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None, timed=True):
             self.seen.append(drafts[0])
             self.accepted = getattr(self, "accepted", []) + [accepted[0]]
 
@@ -251,7 +253,7 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
     res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
     assert res.tokens == want
     skipped = len(prompt) - 1 - 8
-    assert drafter.skipped == skipped
+    assert drafter.skipped[0] == skipped
     seq = prompt + res.tokens
     with torch.no_grad():
         feats = target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1]  # [1, L, H]
@@ -276,7 +278,9 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
             deeper += 1
         committed += got + 1
     assert checked >= 3 and deeper >= 1
-    rows = BatchDecoder(target, lambda: _windowed(head, dynamic), max_new_tokens=NEW).generate([prompt, PROMPTS[0]])
+    rows = batch_decoder(target, lambda: _windowed(head, dynamic), max_new_tokens=NEW).generate_batch(
+        [prompt, PROMPTS[0]]
+    )
     assert rows.tokens == [want, reference(target, PROMPTS[0])]
 
 
@@ -285,7 +289,7 @@ def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_p
     """After more plain steps than `head_context`, the head takes the stretch's latest pairs only, after a gap in its
     cache: the next draft's depth-1 candidates are the head's teacher-forced over the pairs cached before the stretch
     and the stretch's latest, each at its text position, and decoding stays lossless."""
-    from engine.budget import FullBudget
+    from engine.budget.cost_aware import FullBudget
 
     class Scripted(FullBudget):
         def __init__(self):
@@ -294,7 +298,7 @@ def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_p
         def choose(self, left=None):
             return next(self.caps, None)
 
-        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None):
+        def observe_rows(self, cap, drafts, accepted, draft_s, verify_s, paths=None, timed=True):
             self.drafts.append((self.committed, drafts[0]))
             self.committed += accepted[0] + 1
 
@@ -303,8 +307,15 @@ def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_p
     drafter = EagleDrafter(head, dynamic=dynamic)
     drafter.head_context = 4
     budget = Scripted()
-    feeds, feed = [], drafter._feed  # every head call's outputs, and where each step's calls began
-    drafter._feed = lambda *args: feeds.append(feed(*args)) or feeds[-1]
+    feeds, call = [], drafter._head_call  # every read-out call's outputs, and where each step's calls began
+
+    def recorded(rows, readout=True):
+        out = call(rows, readout)
+        if readout:
+            feeds.append(out[0])
+        return out
+
+    drafter._head_call = recorded
     marks = []
     choose = budget.choose
     budget.choose = lambda left=None: marks.append(len(feeds)) or choose(left)
@@ -314,7 +325,7 @@ def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_p
     window = max(0, len(prompt) - 1 - 4)  # the prompt's pairs (x_i+1, f_i) the first draft left out: i < window
     tokens = len(prompt) + 1 + budget.drafts[10][0]  # tokens committed at the draft after the stretch
     kept = list(range(window, len(prompt))) + list(range(tokens - 1 - 4, tokens - 1))  # i of the pairs the head holds
-    assert drafter.skipped == window + (tokens - 1 - len(prompt) - 4) > window  # the prompt's and the stretch's
+    assert drafter.skipped[0] == window + (tokens - 1 - len(prompt) - 4) > window  # the prompt's and the stretch's
     with torch.no_grad():
         feats = target(torch.tensor([seq]), output_hidden_states=True).hidden_states[-1]  # [1, L, H]
         out = head(torch.tensor([[seq[i + 1] for i in kept]]), feats[:, kept], torch.tensor([kept]))

@@ -7,15 +7,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from engine.batch import BatchDecoder
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.errors import GlanceError
-from engine.features import default_feature_layers, layer_inputs
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.heads.readout import draft_step
+from engine.runtime.layer_features import default_feature_layers, layer_inputs
 from engine.train.eagle3 import frequent_tokens, target_view, ttt_loss, ttt_visibility
-from tests.conftest import SMALL, VOCAB
+from tests.conftest import SMALL, VOCAB, batch_decoder
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import second_token_pvalue
 
@@ -110,7 +109,7 @@ def test_eagle3_greedy_is_lossless(saved_head):
     assert deepest >= 2  # paths past depth 1 were accepted: the tree compaction and the d2t mapping both ran
 
 
-def test_eagle3_catch_ups_after_long_plain_stretches_are_lossless(saved_head):
+def test_eagle3_catch_ups_after_long_plain_stretches_are_lossless(saved_head, monkeypatch):
     """Plain stretches longer than the head's context: the catch-up feeds their latest pairs after a gap in EAGLE-3's
     head cache (without read-outs before the ones hindsight reads); output stays the target's, hindsight is told."""
     from tests.test_lossless import Hindsight
@@ -119,11 +118,12 @@ def test_eagle3_catch_ups_after_long_plain_stretches_are_lossless(saved_head):
     head = load_eagle3_head(folder, target)
     for prompt in PROMPTS:
         drafter = Eagle3Drafter(head, top_k=3, depth=4, total_tokens=10)
-        drafter.head_context, drafter.hindsight_rows = 4, 2
+        drafter.head_context = 4
+        monkeypatch.setattr("engine.drafters.eagle.HINDSIGHT_ROWS", 2)
         budget = Hindsight([0] * 6 + [2] + [0] * 7 + [1] + [0] * 5 + [3])
         res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
         assert res.tokens == reference(target, prompt)
-        assert drafter.skipped > max(0, len(prompt) - 5)  # a gap beyond the prompt's window
+        assert drafter.skipped[0] > max(0, len(prompt) - 5)  # a gap beyond the prompt's window
         assert len(budget.seen) >= 2 and all(len(matches) == 2 for _, matches in budget.seen)
 
 
@@ -131,8 +131,8 @@ def test_eagle3_batched_rows_are_lossless(saved_head):
     target, folder, _ = saved_head
     head = load_eagle3_head(folder, target)
     prompts = PROMPTS + [[5, 5, 5, 5]]
-    res = BatchDecoder(target, lambda: Eagle3Drafter(head, top_k=3, depth=3, total_tokens=8), max_new_tokens=16)
-    for prompt, tokens in zip(prompts, res.generate(prompts).tokens):
+    res = batch_decoder(target, lambda: Eagle3Drafter(head, top_k=3, depth=3, total_tokens=8), max_new_tokens=16)
+    for prompt, tokens in zip(prompts, res.generate_batch(prompts).tokens):
         assert tokens == reference(target, prompt)[:16]
 
 

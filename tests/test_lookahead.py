@@ -4,13 +4,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.cache import cache_length
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
+from engine.decoding.tree import draft_visibility, ngram_trie, tree_position_ids
 from engine.drafters.lookahead import LookaheadDrafter, NgramPool, window_cells, window_layout
-from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
 from engine.errors import GlanceError
-from engine.sampling import SamplingConfig
-from engine.tree import draft_visibility, ngram_trie, tree_position_ids
+from engine.runtime.cache import cache_length
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import exact_second_token
@@ -78,10 +77,10 @@ def test_window_follows_the_reference_shapes():
     window, ngram = 4, 4
 
     class Recording(LookaheadDrafter):
-        def propose(self, state, max_tokens):
-            draft = super().propose(state, max_tokens)
-            shapes.append((tuple(map(len, self.levels)), len(draft.tokens), state.tokens[-1]))
-            return draft
+        def propose(self, states, max_tokens):
+            (draft,) = super().propose(states, max_tokens)
+            shapes.append((tuple(map(len, self.rows[0].levels)), len(draft.tokens), states[0].tokens[-1]))
+            return [draft]
 
     shapes = []
     drafter = Recording(window, ngram, guesses=3, context_ngrams=False)
@@ -92,8 +91,9 @@ def test_window_follows_the_reference_shapes():
     assert all(s == (3, 4, 4) for s, _, _ in shapes[2:])
     # each full-window step pooled W n-grams of N tokens; the first step's column 0 under its pending token
     first_full_root = shapes[2][2]
-    assert len(drafter.pool) >= window and all(len(c) == ngram - 1 for c in drafter.pool.lookup(first_full_root))
-    assert drafter.pool.lookup(first_full_root)
+    pool = drafter.rows[0].pool
+    assert len(pool) >= window and all(len(c) == ngram - 1 for c in pool.lookup(first_full_root))
+    assert pool.lookup(first_full_root)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -101,12 +101,11 @@ def test_window_follows_the_reference_shapes():
     "window,ngram,guesses,context",
     [(4, 2, 3, True), (3, 3, 4, False), (5, 4, 6, True), (2, 5, 2, True), (4, 3, 0, True)],
 )
-@pytest.mark.parametrize("variant", [LookaheadDrafter, GlanceLookaheadDrafter])
-def test_lookahead_greedy_is_lossless(arch, window, ngram, guesses, context, variant):
+def test_lookahead_greedy_is_lossless(arch, window, ngram, guesses, context):
     target = tiny_model(arch, seed=0, sharpen=4.0)
     accepted = 0
     for prompt in PROMPTS + [LOOPY]:
-        drafter = variant(window, ngram, guesses, context_ngrams=context)
+        drafter = LookaheadDrafter(window, ngram, guesses, context_ngrams=context)
         res = Decoder(target, drafter, max_new_tokens=NEW).generate(prompt)
         assert res.tokens == reference(target, prompt), (prompt, res.tokens)
         accepted += sum(len(e.accepted_nodes) for e in res.events)
@@ -120,9 +119,9 @@ def test_lookahead_greedy_is_lossless(arch, window, ngram, guesses, context, var
 class CacheCheckingDrafter(LookaheadDrafter):
     """Records, after every step, the target cache length against the committed tokens."""
 
-    def update(self, state, draft, accepted):
+    def update(self, row, state, draft, accepted):
         self.lengths.append((cache_length(state.target_out.cache), len(state.tokens) - 1))
-        super().update(state, draft, accepted)
+        super().update(row, state, draft, accepted)
 
 
 def test_cache_holds_only_committed_tokens():

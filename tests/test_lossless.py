@@ -5,8 +5,8 @@ import threading
 import pytest
 import torch
 
-from engine.budget import FullBudget
-from engine.decoder import Decoder
+from engine.budget.cost_aware import FullBudget
+from engine.decoding.loop import Decoder
 from engine.drafters.vanilla import VanillaDrafter
 from tests.conftest import ARCHS, perturbed_copy, tiny_model
 
@@ -84,7 +84,7 @@ class Hindsight(FullBudget):
             self.firsts.append(first)
 
 
-def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup):
+def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup, monkeypatch):
     """After plain steps the draft catches up on the target's tokens; its guess after each must be what a greedy
     chain drafted there would have proposed: the draft's own teacher-forced argmax, compared with the next token."""
     _, target, drafts, refs = setup
@@ -107,7 +107,7 @@ def test_vanilla_hindsight_is_what_a_greedy_chain_would_have_had_accepted(setup)
     # reading the latest two positions only: the same guesses, cut to the last two
     short = Hindsight([0] * 5 + [2] + [0] * 6 + [1] + [0] * 3 + [3])
     drafter = VanillaDrafter(drafts["perturbed"], gamma=3)
-    drafter.hindsight_rows = 2
+    monkeypatch.setattr("engine.drafters.vanilla.HINDSIGHT_ROWS", 2)
     assert Decoder(target, drafter, max_new_tokens=NEW, budget=short).generate(prompt).tokens == ref
     assert short.seen == [(new, matches[-2:]) for new, matches in budget.seen]
 
@@ -121,16 +121,16 @@ def test_vanilla_catch_ups_feed_the_draft_model_the_latest_tokens_at_their_posit
     draft_model = drafts["perturbed"]
     drafter = VanillaDrafter(draft_model, gamma=3)
     drafter.context = 4
-    logits, step = [], drafter._step
+    logits, step = [], drafter._forward
     budget = Hindsight([3] + [0] * 9 + [3] * 3)
-    drafter._step = lambda *args, step=step: (lambda out: logits.append(out[0]) or out)(step(*args))
+    drafter._forward = lambda *args, step=step: (lambda out: logits.append(out[0][0]) or out)(step(*args))
     res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(prompt)
     assert res.tokens == ref
     seq = prompt + res.tokens
     cached = len(prompt) + 1 + min(len(res.events[1].accepted_nodes), 2)  # tokens 4.. of these before the stretch
     now = len(prompt) + sum(len(e.tokens) for e in res.events[:11])  # tokens committed at the draft after it
     kept = list(range(4, cached)) + list(range(now - 4, now))
-    assert drafter.skipped == 4 + (now - 4 - cached) > 4
+    assert drafter.skipped[0] == 4 + (now - 4 - cached) > 4
     with torch.no_grad():
         out = draft_model(torch.tensor([[seq[k] for k in kept]]), position_ids=torch.tensor([kept])).logits[0, -1]
     catch_up = logits[3]  # the first draft's three calls (its catch-up and two drafted tokens), then this one
@@ -152,7 +152,7 @@ def test_stops_at_eos():
 def test_cancel_between_steps_keeps_partial_output():
     target = tiny_model("llama", sharpen=4.0)
     cancel = threading.Event()
-    stream = Decoder(target, max_new_tokens=NEW).stream(PROMPTS[0], cancel)
+    stream = Decoder(target, max_new_tokens=NEW).run(PROMPTS[0], cancel)
     seen = [next(stream), next(stream), next(stream)]
     cancel.set()
     rest = list(stream)
@@ -174,7 +174,7 @@ def test_vanilla_confidence_stop_is_lossless_and_shortens_chains(setup, confiden
 
 
 def test_events_without_details_carry_no_probabilities_and_the_same_tokens():
-    from engine.decoder import Decoder
+    from engine.decoding.loop import Decoder
     from tests.conftest import tiny_model
 
     target = tiny_model("llama")
@@ -188,7 +188,7 @@ def test_events_without_details_carry_no_probabilities_and_the_same_tokens():
 def test_top_tokens_are_kept_for_the_rows_that_emitted_a_token():
     """Tooltips and the inspector read the target's top tokens at the rows that emitted a token; the other rows of a
     wide tree are not softmaxed (that was most of the per-step cost). Greedy: each emitted token is its row's top."""
-    from engine.decoder import Decoder
+    from engine.decoding.loop import Decoder
     from engine.drafters.lookahead import LookaheadDrafter
     from tests.conftest import tiny_model
 

@@ -5,11 +5,12 @@ import json
 import pytest
 import torch
 
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
+from engine.drafters.base import DecodeState
 from engine.drafters.medusa import MedusaDrafter, parse_tree
 from engine.errors import GlanceError
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
-from engine.sampling import SamplingConfig
 from engine.train.medusa import medusa_loss, target_features
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
@@ -71,7 +72,7 @@ def test_shared_lm_head_is_read_once_per_proposal():
 def test_a_draft_one_token_deep_reads_head_0_alone():
     """A budget that caps the draft at one token needs head 0's candidates only: the proposal must not run the other
     heads (three quarters of the read-out), must draft what reading every head would, and stay lossless."""
-    from engine.budget import FullBudget
+    from engine.budget.cost_aware import FullBudget
 
     class OneDeep(FullBudget):
         name = "one-deep"
@@ -88,11 +89,12 @@ def test_a_draft_one_token_deep_reads_head_0_alone():
         res = Decoder(target, drafter, max_new_tokens=NEW, budget=OneDeep()).generate(PROMPTS[1])
         assert res.tokens == reference(target, PROMPTS[1])
         assert res.summary.steps < NEW - 1  # drafts were made and accepted, one token deep
-        drafter.unchecked = []
-        one = drafter.propose(None, 1)
+        drafter.unchecked[0] = []
+        state = DecodeState([1], 1, SamplingConfig(), torch.Generator())
+        (one,) = drafter.propose([state], [1])
     finally:
         heads.logits = every_head
-    full = drafter.tree_from(heads(drafter.hidden[None])[:, 0].topk(drafter.topk, dim=-1).indices.tolist(), 1)
+    full = drafter.tree_from(heads(drafter.hidden[0][None])[:, 0].topk(drafter.topk, dim=-1).indices.tolist(), 1)
     assert one.tokens == full.tokens and one.parents == full.parents == [-1] * len(drafter.first_ranks)
 
 
@@ -218,10 +220,10 @@ def test_eager_attention_reads_the_tree_mask():
         assert res.tokens == reference(target, prompt)
 
 
-def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
+def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed(monkeypatch):
     """Under a draft budget, the plain steps since the last draft are checked when a step drafts again: head 0 on each
     one's hidden state against the token that followed (depth 1 only), as the heads would have drafted there."""
-    from engine.budget import FullBudget
+    from engine.budget.cost_aware import FullBudget
 
     told = []
 
@@ -258,6 +260,6 @@ def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed():
     firsts = [tokens[i + 2] == top[i][0] for i in range(first, first + 11)]  # the greedy spine's: head 0's top 1
     assert told[0][2] == firsts and sum(firsts) < sum(expected)  # fewer than the tree's: the ranks below tell apart
     told.clear()  # reading the latest three plain steps only: the same guesses, cut to the last three
-    drafter.hindsight_rows = 3
+    monkeypatch.setattr("engine.drafters.medusa.HINDSIGHT_ROWS", 3)
     assert Decoder(target, drafter, max_new_tokens=NEW, budget=PlainThenDraft()).generate(prompt).tokens == res.tokens
     assert told == [(expected[-3:], 1, firsts[-3:])]

@@ -1,4 +1,5 @@
-"""Packed linear weights (engine/packed.py): the same products as the model's own layers, one packed copy shared by
+"""Packed linear weights (engine/runtime/packed.py): the same products as the model's own layers, one packed copy
+shared by
 every compiled graph, fused projections exact in any call order, gradients through the plain product."""
 
 from __future__ import annotations
@@ -7,8 +8,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from engine.forward import CompiledForward, uncompile
-from engine.packed import FusedLinear, PackedLinear, _runs_in, pack_linears, packable, unpacked
+from engine.runtime.forward import CompiledForward, uncompile
+from engine.runtime.packed import FusedLinear, PackedLinear, _runs_in, pack_linears, packable, unpacked
 from tests.conftest import tiny_model
 
 # oneDNN packs bfloat16 only on CPUs with AVX-512 (an AVX2-only AMD EPYC refuses it; packing then leaves every model
@@ -93,7 +94,7 @@ def test_float32_and_other_devices_stay_as_they_are():
 def test_a_cpu_whose_onednn_cannot_multiply_the_dtype_leaves_the_model_as_it_is(monkeypatch):
     """float16 needs instructions not every CPU has: packing is tried on a tiny product first, and where oneDNN
     refuses it the model keeps its own layers (it must still run, compiled or eager)."""
-    import engine.packed as packed
+    import engine.runtime.packed as packed
 
     def refuse(weight):
         raise RuntimeError("could not create a primitive descriptor for the inner product")
@@ -139,13 +140,14 @@ def test_a_compiled_half_precision_model_is_packed_and_its_graphs_share_the_weig
 
 @pytest.mark.slow
 def test_compiling_on_a_cpu_times_each_product_against_a_generated_kernel(capfd, monkeypatch):
-    """engine.forward.inductor_options: a graph's matrix products are timed while compiling (oneDNN's call against
+    """engine.runtime.forward.inductor_options: a graph's matrix products are timed while compiling (oneDNN's call
+    against
     inductor's C++ GEMM kernel), not sent to oneDNN unasked, and none of inductor's timing reports reach the user's
     terminal; the tuned graph computes what the eager model computes, and the thread's inductor settings are as
     they were. Both caches off, so the timing runs here rather than being read from an earlier compile. The symbolic
     graph of three and four tokens is timed (as the several-token one is); the one- and two-token graphs take the
     C++ kernel untimed (SMALL_GRAPH_PRODUCTS: inductor has one choice, so nothing to time)."""
-    from engine.forward import SMALL_GRAPH_PRODUCTS, TUNE_PRODUCTS
+    from engine.runtime.forward import SMALL_GRAPH_PRODUCTS, TUNE_PRODUCTS
 
     monkeypatch.setenv(TUNE_PRODUCTS, "1")  # the suite compiles untuned (conftest); this test is about tuning
     settings = torch._inductor.config.get_config_copy()
@@ -186,9 +188,9 @@ def test_a_one_row_drafting_step_compiles_with_generated_kernels_and_a_batched_o
     a call of two to four rows ran slower); the batched graph keeps the timed choice. Each graph carries its own
     options (the target's test above shows inductor times nothing under the generated choice), and warming both up
     leaves the thread's inductor settings as they were."""
-    from engine.forward import SMALL_GRAPH_PRODUCTS, TIMED_PRODUCTS, TUNE_PRODUCTS
     from engine.heads.compiled_step import CompiledDraftStep
     from engine.heads.eagle3 import Eagle3Head
+    from engine.runtime.forward import SMALL_GRAPH_PRODUCTS, TIMED_PRODUCTS, TUNE_PRODUCTS
 
     monkeypatch.setenv(TUNE_PRODUCTS, "1")
     settings = torch._inductor.config.get_config_copy()
@@ -236,8 +238,8 @@ def test_a_compiled_drafting_step_packs_a_half_precision_head():
 def test_warming_runs_every_distinct_packed_product_at_every_row_count(monkeypatch):
     """oneDNN builds a primitive per row count (about 0.5 ms, 10x the product): loading runs each distinct product
     once per row count a decoding step may use, layers of one shape sharing theirs."""
-    import engine.packed as packed
-    from engine.packed import warm_products
+    import engine.runtime.packed as packed
+    from engine.runtime.packed import warm_products
 
     model = half("llama")
     pack_linears(model)

@@ -6,9 +6,9 @@ import torch
 from scipy.stats import chisquare
 
 from engine.cli import main
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
 from engine.drafters.prompt_lookup import PromptLookupDrafter, lookup
-from engine.sampling import SamplingConfig
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lookahead import LOOPY
 from tests.test_lossless import NEW, PROMPTS, reference

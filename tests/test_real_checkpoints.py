@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import TREES, MedusaDrafter
@@ -49,7 +49,7 @@ def test_a_draft_narrower_than_its_tokenizer_is_accepted_when_it_covers_the_targ
     """The very model accepted as the target, with a tokenizer one entry longer than its LM head, is a valid draft."""
     from transformers import AutoTokenizer, LlamaForCausalLM
 
-    from engine.models import check_same_vocabulary, load_model
+    from engine.models.loading import check_same_vocabulary, load_model
 
     folder = tmp_path / "narrow"
     tok = AutoTokenizer.from_pretrained(model_folders["target"])
@@ -125,7 +125,7 @@ def arch_model(arch: str, seed: int = 0, window: int = 96) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    try:  # as engine.models.load_model does: sdpa where supported, eager otherwise (Gemma 2)
+    try:  # as engine.models.loading.load_model does: sdpa where supported, eager otherwise (Gemma 2)
         model = AutoModelForCausalLM.from_config(arch_config(arch, window), attn_implementation="sdpa").eval()
     except ValueError:
         torch.manual_seed(seed)
@@ -161,7 +161,7 @@ def test_a_run_past_a_sliding_window_is_refused_before_it_starts(arch):
     target = arch_model(arch, window=16)
     decoder = Decoder(target, LookaheadDrafter(window=3, ngram=3, guesses=3), max_new_tokens=NEW)
     with pytest.raises(GlanceError, match="sliding window of 16 tokens"):
-        next(decoder.stream([1, 2, 3]))
+        next(decoder.run([1, 2, 3]))
     draft = VanillaDrafter(arch_model(arch, seed=1, window=16), gamma=3)
     with pytest.raises(GlanceError, match="the draft model attends through a sliding window"):
-        next(Decoder(arch_model(arch, window=4096), draft, max_new_tokens=8).stream([1, 2, 3]))
+        next(Decoder(arch_model(arch, window=4096), draft, max_new_tokens=8).run([1, 2, 3]))

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from engine.catalog import CATALOG, packaged_file, resolve
+from engine.models.catalog import CATALOG, packaged_file, resolve
 
 pytestmark = [pytest.mark.slow, pytest.mark.real]
 ENTRY = CATALOG["smollm2"]
@@ -77,7 +77,7 @@ def test_the_gguf_file_loads_and_converts_to_the_same_weights(tmp_path, monkeypa
     import gguf as gguf_package
 
     from engine.cli import main
-    from engine.models import load_model
+    from engine.models.loading import load_model
 
     folder = installed_folder()
     gguf = packaged_file(ENTRY)

@@ -8,9 +8,9 @@ marginal is sum_a p(a | prompt) p(b | prompt, a), computed from the target.
 import torch
 from scipy.stats import chisquare
 
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
 from engine.drafters.vanilla import VanillaDrafter
-from engine.sampling import SamplingConfig
 from tests.conftest import tiny_model
 
 V = 12

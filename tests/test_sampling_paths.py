@@ -12,15 +12,15 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig, logits_to_probs
+from engine.decoding.tree import node_depths
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 from engine.drafters.vanilla import VanillaDrafter
-from engine.sampling import SamplingConfig, logits_to_probs
-from engine.tree import node_depths
 from tests.conftest import tiny_model
 from tests.test_eagle import trained_head
 from tests.test_eagle3 import deep_target

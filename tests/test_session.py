@@ -38,8 +38,8 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_in_hardware(mon
     so auto picks float32 there; with AVX512-BF16, AMX or Arm's BF16 it picks bfloat16."""
     import torch
 
-    from engine import models
-    from engine.system import native_bfloat16
+    from engine.models import loading as models
+    from engine.runtime.machine import native_bfloat16
 
     assert native_bfloat16(["fpu", "avx2", "avx512f", "avx512_bf16"])
     assert native_bfloat16(["fpu", "amx_bf16", "amx_tile"])
@@ -57,7 +57,7 @@ def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_in_hardware(mon
 def test_a_compile_is_cancelled_between_its_warm_up_shapes(model_folders):
     """Closing the window while compiling: the load stops after the graph being compiled, not after every model (a
     whole compile took minutes on a 2-core AVX2 CPU), and the target is left eager, not half compiled."""
-    import engine.forward as forward
+    import engine.runtime.forward as forward
     from engine.errors import Cancelled
 
     seen = []
@@ -76,7 +76,7 @@ def test_a_load_times_the_forwards_a_run_sizes_its_drafts_from_so_the_first_race
 ):
     """`time_forwards`: the load times the target's forwards that the cost-aware budget and lookahead's window
     read before a run (they took 0.4-1.4 s of a session's first run); a race after it times nothing."""
-    import engine.forward_timing as timing
+    import engine.runtime.forward_timing as timing
     from engine.session import RaceSettings
 
     seen = []
@@ -98,7 +98,7 @@ def test_a_load_times_the_forwards_a_run_sizes_its_drafts_from_so_the_first_race
 
 def test_closing_the_window_while_the_load_times_forwards_stops_it_at_once(model_folders, monkeypatch):
     """The timing step stops between forwards when cancelled (about 14 s on SmolLM2-135M, eager) and keeps nothing."""
-    import engine.forward_timing as timing
+    import engine.runtime.forward_timing as timing
     from engine.errors import Cancelled
 
     timed = []
@@ -121,7 +121,7 @@ def test_compiling_a_session_compiles_each_loaded_part_as_its_spec_declares(monk
     import engine.drafters.medusa as medusa
     import engine.drafters.vanilla as vanilla
     import engine.session as session_module
-    from engine.forward import CompileReport
+    from engine.runtime.forward import CompileReport
 
     compiled = []
 

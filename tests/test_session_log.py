@@ -4,15 +4,15 @@ import json
 
 import pytest
 
-from engine.decoder import Decoder
+from engine.decoding.loop import Decoder
 from engine.errors import GlanceError
-from engine.session_log import SessionLogWriter, read_session_log
+from engine.records.session_log import SessionLogWriter, read_session_log
 from tests.conftest import tiny_model
 
 
 def _write_run(path, max_new=8):
     dec = Decoder(tiny_model("llama"), max_new_tokens=max_new)
-    items = list(dec.stream([1, 2, 3]))
+    items = list(dec.run([1, 2, 3]))
     with SessionLogWriter(path) as log:
         log.header({"target": {"name": "tiny"}}, "cpu", {"method": "ar"})
         for item in items:
@@ -128,7 +128,7 @@ def test_a_full_disk_leaves_complete_lines_and_the_cli_goes_on(tmp_path, model_f
 
 def test_runs_appended_to_one_file_stay_separate(tmp_path):
     """Two commands with the same `--log` append two runs: they read back as two runs, the last by default."""
-    from engine.session_log import copy_run, read_session_logs
+    from engine.records.session_log import copy_run, read_session_logs
 
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     _write_run(first, max_new=5)
@@ -145,7 +145,7 @@ def test_runs_appended_to_one_file_stay_separate(tmp_path):
 
 
 def test_reading_reports_progress_and_can_be_cancelled(tmp_path):
-    from engine.session_log import read_session_logs
+    from engine.records.session_log import read_session_logs
 
     path = tmp_path / "s.jsonl"
     _write_run(path)
@@ -161,13 +161,14 @@ def test_reading_reports_progress_and_can_be_cancelled(tmp_path):
 
 def test_top_tokens_can_stay_on_disk_and_come_back_on_demand(tmp_path):
     """A large log's memory is mostly the steps' top tokens: read without them, each comes back from its line."""
-    from engine.session_log import read_session_logs, read_target_top
+    from engine.records.session_log import read_session_logs, read_target_top
 
     path = tmp_path / "s.jsonl"
     _write_run(path)
     full = read_session_logs(path)[0]
     light = read_session_logs(path, keep_top=False)[0]
     assert all(e.target_top == [] for e in light.steps)
-    for a, b in zip(full.steps, light.steps):
-        assert read_target_top(path, b.extra["log_offset"]) == a.target_top and a.target_top
+    assert light.offsets == full.offsets and len(light.offsets) == len(light.steps)
+    for a, at in zip(full.steps, light.offsets):
+        assert read_target_top(path, at) == a.target_top and a.target_top
     assert read_target_top(path, 0) == [] and read_target_top(tmp_path / "gone.jsonl", 0) == []  # the header; no file

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from engine.tree import Draft, tree_attention_mask, tree_position_ids
+from engine.decoding.tree import Draft, tree_attention_mask, tree_position_ids
 
 TREES = [
     [],  # plain decoding
@@ -58,7 +58,7 @@ def test_draft_structure():
 
 
 def test_acceptance_by_depth():
-    from engine.metrics import DepthAcceptance
+    from engine.records.metrics import DepthAcceptance
 
     acc = DepthAcceptance()
     acc.add([-1, 0, 1, 2], 4)  # a chain of 4, all accepted

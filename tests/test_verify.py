@@ -9,9 +9,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from engine.sampling import SamplingConfig, logits_to_probs, sample
-from engine.tree import Draft
-from engine.verify import Verdict, verify_candidates, verify_greedy, verify_sampled_chain
+from engine.decoding.sampling import SamplingConfig, logits_to_probs, sample
+from engine.decoding.tree import Draft
+from engine.decoding.verify import Verdict, verify_candidates, verify_greedy, verify_sampled_chain
 
 V = 6
 
@@ -142,7 +142,7 @@ def test_top_p_and_temperature():
 def test_typical_acceptance_prefers_the_most_likely_of_equally_long_paths():
     """FasterDecoding/Medusa's rule: the longest passing path, and among equally long ones the most likely; the
     bonus comes from the target's row with every token under the threshold removed."""
-    from engine.verify import verify_typical
+    from engine.decoding.verify import verify_typical
 
     V = 6
     p = torch.full((5, V), 0.02)
@@ -169,7 +169,7 @@ def test_verification_reads_the_device_once(monkeypatch, rule):
     of the target's rows."""
     import random
 
-    import engine.verify as verify_mod
+    import engine.decoding.verify as verify_mod
 
     rng = random.Random(0)
     monkeypatch.setattr(verify_mod, "_uniform", lambda generator: rng.random())

@@ -7,15 +7,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.budget import CostAwareBudget
-from engine.decoder import Decoder
+from engine.budget.cost_aware import CostAwareBudget, FullBudget
+from engine.budget.window import MAX_BACKOFF, PROBE_GAP, PROBE_HORIZON, PROBE_STEPS, RUN_START, STAY, WindowBudget
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
+from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState
 from engine.drafters.lookahead import LookaheadDrafter
-from engine.drafters.lookahead_glance import GlanceLookaheadDrafter
-from engine.models import BUNDLED_TARGET
-from engine.sampling import SamplingConfig
-from engine.tree import Draft
-from engine.window_budget import MAX_BACKOFF, PROBE_GAP, PROBE_HORIZON, PROBE_STEPS, RUN_START, STAY, WindowBudget
+from engine.models.loading import BUNDLED_TARGET
 from tests.conftest import PARALLEL
 
 # a window step that verified one pooled token beside a three-token window
@@ -143,13 +142,13 @@ def test_the_pools_hindsight_calls_a_probe_before_the_plain_stretch_ends():
 def test_plain_steps_score_what_the_pool_would_have_guessed():
     drafter = LookaheadDrafter(window=1, ngram=3, guesses=2)
     state = DecodeState([5, 6, 7, 5], 4, SamplingConfig(), torch.Generator())
-    drafter.begin(state)  # pools the prompt's 3-grams: 5 -> (6, 7), 6 -> (7, 5)
-    drafter.levels = [[1], [2]]  # a full window: the reference verifies pooled n-grams only then
+    drafter.begin(0, state)  # pools the prompt's 3-grams: 5 -> (6, 7), 6 -> (7, 5)
+    drafter.rows[0].levels = [[1], [2]]  # a full window: the reference verifies pooled n-grams only then
     for token in (6, 9, 4):
-        draft = drafter.propose(state, 0)  # a plain step
+        (draft,) = drafter.propose([state], [0])  # a plain step
         assert len(draft) == 0 and not draft.side_tokens
         state.tokens.append(token)
-        drafter.update(state, draft, [])
+        drafter.update(0, state, draft, [])
     # 5 pending: (6, 7) against 6, 9: one right; 6 pending: (7, 5) against 9: none; 9's guess is not due yet
     assert drafter.take_guessed() == [1, 0] and drafter.take_guessed() == []
 
@@ -162,18 +161,18 @@ class PlainFirst(WindowBudget):
         return float("inf")
 
 
-@pytest.mark.parametrize("make", [LookaheadDrafter, GlanceLookaheadDrafter], ids=["reference", "glance"])
-def test_switching_between_window_and_plain_steps_is_exact(bundled, monkeypatch, make):
+def test_switching_between_window_and_plain_steps_is_exact(bundled, monkeypatch):
     target, tok = bundled
-    drafter = make()
-    monkeypatch.setattr(type(drafter), "budget_for", lambda self, budget: PlainFirst(width=self.row_tokens))
+    drafter = LookaheadDrafter()
+    gate = PlainFirst(width=drafter.row_tokens)
+    monkeypatch.setattr(Decoder, "budget_for", lambda self, rows: gate if self.drafter is drafter else FullBudget())
     ids = tok("def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n")["input_ids"]
     ref = Decoder(target, max_new_tokens=60).generate(ids).tokens
     out = Decoder(target, drafter, max_new_tokens=60, budget=CostAwareBudget()).generate(ids)
     assert out.tokens == ref
     steps = out.events[1:-1]  # the last step has nothing left to guess: plain whatever the budget says
-    caps = [e.extra["depth_cap"] for e in steps]
+    caps = [e.budget.depth_cap for e in steps]
     assert caps[:RUN_START] == [None] * RUN_START and 0 in caps[RUN_START:]
     assert None in caps[RUN_START + PROBE_GAP :]  # a probe after the plain stretch
-    assert all(("window" in e.extra) == (e.extra["depth_cap"] is None) for e in steps)  # a plain step: no window
-    assert drafter._fed == len(ids) + len(out.tokens)  # the pool took every committed token, plain steps too
+    assert all((e.notes.window is not None) == (e.budget.depth_cap is None) for e in steps)  # plain: no window
+    assert drafter.rows[0].fed == len(ids) + len(out.tokens)  # the pool took every committed token, plain steps too

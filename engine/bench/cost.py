@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from engine.forward import forward_for
-from engine.forward_timing import time_width
+from engine.runtime.forward import forward_for
+from engine.runtime.forward_timing import time_width
 
 FORWARD_SIZES = tuple(range(1, 65))  # every k in 1..64 (about 15 s on an AMX Xeon, 40 s without AMX)
 SHOWN_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # the ones the Markdown table prints

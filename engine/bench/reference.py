@@ -7,8 +7,8 @@ import time
 
 import torch
 
-from engine.attention_precision import stock_attention
-from engine.packed import unpacked
+from engine.runtime.attention_precision import stock_attention
+from engine.runtime.packed import unpacked
 
 REFERENCE_LABELS = {
     "hf_generate": "transformers generate",

@@ -192,7 +192,7 @@ def environment(target, device: str, dtype: str) -> dict:
     import torch
     import transformers
 
-    from engine.system import cpu_features, cpu_name
+    from engine.runtime.machine import cpu_features, cpu_name
 
     return {
         "python": platform.python_version(),

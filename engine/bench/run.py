@@ -8,7 +8,7 @@ from engine.bench.cost import fit_line, forward_costs, forward_grid, predictions
 from engine.bench.report import environment
 from engine.bench.suite import BenchSetup, Progress, run_suite
 from engine.bench.sweep import break_even, predict, run_sweep
-from engine.variants import describe_parts
+from engine.drafters.build import describe_parts
 
 
 def run_benchmark(

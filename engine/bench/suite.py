@@ -11,17 +11,17 @@ import torch
 
 from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
-from engine.budget import make_budget
-from engine.chat import encode_prompt, stop_ids, use_chat
-from engine.decoder import Decoder
+from engine.budget.cost_aware import make_budget
+from engine.decoding.loop import Decoder
+from engine.decoding.sampling import SamplingConfig
+from engine.drafters.build import NEEDS, DrafterOptions, build_drafter
 from engine.errors import GlanceError
-from engine.forward import forward_for
 from engine.heads.readout import candidates, draft_step
-from engine.models import LoadedModel
+from engine.models.chat import encode_prompt, stop_ids, use_chat
+from engine.models.loading import LoadedModel
+from engine.records.stats import RunStats
 from engine.registry import DRAFTERS
-from engine.sampling import SamplingConfig
-from engine.stats import RunStats
-from engine.variants import NEEDS, DrafterOptions, build_drafter
+from engine.runtime.forward import forward_for
 
 Progress = Callable[[int, int, str], None]  # (done, total, what)
 WARMUP_TOKENS = 16
@@ -38,10 +38,13 @@ class BenchSetup:
     max_new_tokens: int = 64
 
     chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
-    # How deep each step drafts (engine/budget.py): "auto" or "full"; None: auto for the suite, full for the sweep
+    # How deep each step drafts (engine/budget/cost_aware.py): "auto" or "full"; None: auto for the suite, full for the
+    # sweep
     # (the sweep shows where batching kills the win, undamped by the budget).
     draft_budget: str | None = None
-    compiled: list = field(default_factory=list)  # CompileReports of the models compiled at load (engine/forward.py)
+    compiled: list = field(
+        default_factory=list
+    )  # CompileReports of the models compiled at load (engine/runtime/forward.py)
 
     @property
     def eos(self) -> list[int]:
@@ -112,6 +115,8 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
         "prefill_seconds": st.prefill_seconds,
         "verify_tokens": st.verify_tokens,
         "chain": st.chain,
+        # a fixed chain length the drafter was set to (vanilla's gamma, unless adaptive): what the cost model reads
+        "chain_length": None if s.settings.get("adaptive") else s.settings.get("gamma"),
     }
 
 
@@ -203,8 +208,8 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
                 "verify_tokens_per_step": round(_sum(runs, "verify_tokens") / steps, 2),
                 "overhead_ms_per_step": round((wall - _sum(runs, "model_seconds")) / calls * 1e3, 3),
             }
-            if all(r.get("chain") for r in runs) and setup is not None and m == "vanilla":
-                row["chain_length"] = None if setup.options.adaptive else setup.options.gamma
+            if all(r.get("chain") for r in runs) and runs[0].get("chain_length") is not None:
+                row["chain_length"] = runs[0]["chain_length"]
         out[m] = row
     base = out.get("ar", {}).get("tokens_per_second")
     for row in out.values():

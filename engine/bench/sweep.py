@@ -14,16 +14,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.batch import BatchDecoder
 from engine.bench.suite import BenchSetup, Progress
-from engine.budget import make_budget
+from engine.budget.cost_aware import make_budget
+from engine.decoding.loop import Decoder
+from engine.drafters.build import build_drafter
 from engine.errors import GlanceError
-from engine.forward import CompiledForward, forward_for
 from engine.heads.compiled_readout import compiled_readout_of
 from engine.heads.compiled_step import compiled_step_of, compiles_drafting
 from engine.heads.medusa import MedusaHeads
-from engine.models import LoadedModel
-from engine.variants import build_drafter
+from engine.models.loading import LoadedModel
+from engine.registry import spec
+from engine.runtime.forward import CompiledForward, forward_for
 
 
 def run_sweep(
@@ -45,8 +46,8 @@ def run_sweep(
     Every batch size decodes the same max(len(prompts), max(batch_sizes)) prompts, B rows at a time, so the numbers
     compare the same work: static batches of B prompts by default, each decoded until its slowest row ends while
     the rows that ended sit idle (speculative rows end at different steps, plain rows of one length together).
-    `continuous`: as servers batch, finished rows take waiting prompts (engine/batch.py: `join_rows`), each method
-    decoding the prompts in two calls (half each, methods interleaved, alternating order). On the bf16 EPYC at
+    `continuous`: as servers batch, finished rows take waiting prompts (engine/decoding/loop.py: `join_rows`), each
+    method decoding the prompts in two calls (half each, methods interleaved, alternating order). On the bf16 EPYC at
     B = 2 and 4 neither won: each join is an eager prefill forward of its own (about 10 ms of fixed cost, three
     plain steps), against idle rows that cost little at these batch sizes (README). matched_rows counts rows equal
     to batched plain decoding's (all of them in float32; in bfloat16 other batch shapes round differently and
@@ -58,14 +59,11 @@ def run_sweep(
     if not encoded:
         raise GlanceError("the sweep has no prompts")
 
-    def decoder(method: str) -> BatchDecoder:
-        make = (
-            None
-            if method == "ar"
-            else (lambda: build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling))
-        )
+    def decoder(method: str, max_new_tokens: int | None = None) -> Decoder:
+        drafter = build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling)
         budget = make_budget(setup.draft_budget or "full")  # full by default: the physics, undamped
-        return BatchDecoder(setup.target.model, make, setup.sampling, setup.max_new_tokens, setup.eos, budget=budget)
+        new = max_new_tokens or setup.max_new_tokens
+        return Decoder(setup.target.model, drafter, setup.sampling, new, setup.eos, details=False, budget=budget)
 
     total, done = len(methods) * (1 + len(batch_sizes)), 0
     models = [setup.target.model] + [p.model for p in setup.parts.values() if isinstance(p, LoadedModel)]
@@ -86,7 +84,7 @@ def run_sweep(
             for k in {k for k, _, _ in readout.graphs}:  # every k a proposal asked for so far (the default tree's
                 readout.warm_up(k, rows=2)  # at load), every head's graph and head 0's
     for m in methods:  # warm-up at batch 2
-        BatchDecoder(setup.target.model, decoder(m).make_drafter, setup.sampling, 8, setup.eos).generate(encoded[:2])
+        decoder(m, 8).generate_batch(encoded[:2])
         done += 1
         if progress:
             progress(done, total, f"warm-up {m}")
@@ -105,7 +103,7 @@ def run_sweep(
                 if cancel and cancel():
                     raise GlanceError("the sweep was cancelled")
                 dec = decoder(m)
-                res = dec.generate(chunk, rows=b)
+                res = dec.generate_batch(chunk, rows=b)
                 a = acc[m]
                 a["tokens"] += res.new_tokens
                 a["wall"] += res.wall_seconds
@@ -117,7 +115,7 @@ def run_sweep(
                 a["draft"] += res.draft_seconds
                 a["verify"] += res.verify_seconds
                 a["width"] += res.verify_width
-                a["batched"] = res.batched_drafting
+                a["batched"] = spec(m).part is not None  # a model drafts: one call per depth for all rows
                 a["row_widths"] += res.row_widths  # in the pool's order: chunks are consecutive prompts
         rows[b] = {}
         for m in methods:
@@ -188,7 +186,7 @@ def replay(widths: list[list[int]], b: int, continuous: bool = False) -> tuple[l
     """The batched steps of the sweep's calls at batch size b where prompt q's row puts `widths[q][t]` tokens in
     its step t's forward (as a measured run drafted them): (rows decoding, forward width) per step, the width being
     the widest row's (the others pad), and the prefill forwards. Static: each batch decodes until its slowest row
-    ends. Continuous: `BatchDecoder.stream`'s rule, waiting prompts take the finished rows once half the batch is
+    ends. Continuous: `Decoder.stream`'s rule, waiting prompts take the finished rows once half the batch is
     free, or every row is, or the queue's last prompts can go."""
     steps: list[tuple[int, int]] = []
     prefills = 0

@@ -17,16 +17,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from engine.cache import cache_length, crop
-from engine.drafters.base import DecodeState, Drafter
-from engine.drafters.eagle_batch import BatchedTrees
-from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.decoding.tree import Draft, host_mask, mask_storage
+from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
+from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.compiled_step import compile_head
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.heads.readout import draft_step
-from engine.models import BUNDLED_EAGLE
-from engine.tree import Draft, host_mask, mask_storage
+from engine.models.loading import BUNDLED
+from engine.runtime.cache import cache_length, pack_columns
 
 # SafeAILab/EAGLE's 25-node static tree (`mc_sim_7b_63` in its choices.py), for EAGLE-1.
 EAGLE_25 = [
@@ -65,9 +64,15 @@ def explain(top_k: int, depth: int, total_tokens: int) -> str:
 
 
 class EagleDrafter(Drafter):
+    """EAGLE's trees for every row of a run: one head forward and read-out per depth for all rows' frontiers.
+
+    Each row keeps its pending (token, feature) pairs and grows its own tree (`GrowingTree`), so it drafts the tree
+    it would draft alone. The rows share one head cache: a row's committed pairs sit at columns tracked per row; a
+    forward's mask lets each new entry see its row's committed pairs, its own ancestors and itself, and before each
+    draft the cache is packed to each row's committed pairs (draft entries are only for drafting)."""
+
     name = "eagle"
     needs_hidden_states = True
-    hindsight_depth = 1  # a catch-up reads the target's features: its guesses are depth 1's only
     head_context = HEAD_CONTEXT  # the most pairs one draft feeds the head: of a prompt, or of a stretch of plain steps
 
     def __init__(
@@ -86,171 +91,181 @@ class EagleDrafter(Drafter):
         self.top_k, self.depth, self.total_tokens = top_k, depth, total_tokens
         self.levels, self.total = tree_shape(depth, total_tokens)  # what the loop below builds and verifies
         self.paths = sorted({tuple(p) for p in (tree or EAGLE_25)}, key=lambda p: (len(p), p))
-        self.cache = None
-        self.skipped = 0  # the prompt's pairs left out of the head's cache (HEAD_CONTEXT): positions count them
-        # committed pairs not yet in the head cache: tokens, and per step the tensors their features come from with
-        # the rows to read (a plain step appends one; gathered when drafting takes them, not on every step that waits)
-        self.pending: tuple[list[int], list[tuple[list[torch.Tensor], list[int] | None]]] | None = None
         self.dtype = next(head.parameters()).dtype
+        self.device = next(head.parameters()).device
         # candidates read per drafted row: the root's and every node's children come from the same top-k
         self.k_read = top_k if dynamic else max(max(p[0] for p in self.paths), max(p[-1] for p in self.paths)) + 1
         self.first_ranks = sorted({p[0] for p in self.paths if len(p) == 1})  # EAGLE-1's depth-1 children
-        self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
-        self._causal: np.ndarray | None = None  # [n, n] additive upper triangle (mask_storage), cut to size per step
+        self.reset(1)
 
-    def reset(self) -> None:
-        self.cache, self.pending, self.matches, self.first_matches, self.skipped = None, None, [], None, 0
+    def reset(self, rows: int) -> None:
+        super().reset(rows)
+        self.cache = None
+        self.cols: list[list[int]] = [[] for _ in range(rows)]  # per row: the cache columns of its committed pairs
+        self.skipped = [0] * rows  # per row: pairs left out of the cache (HEAD_CONTEXT): positions count them
+        # per row, committed pairs not yet in the head cache: tokens, and per step the tensors their features come
+        # from with the rows to read (a plain step appends one; gathered when drafting takes them)
+        self.pending: list[tuple[list[int], list] | None] = [None] * rows
 
     def feature_parts(self, target_out) -> list[torch.Tensor]:
         """The tensors [1, S, H] of a target forward the head's features are made of: the last hidden state."""
         return [target_out.hidden_states[-1]]
 
-    def features(self, target_out) -> torch.Tensor:
-        """The features the head reads at every row of a target forward [S, F]: its parts side by side."""
-        parts = self.feature_parts(target_out)
-        return parts[0][0] if len(parts) == 1 else torch.cat(parts, dim=-1)[0]
-
-    def begin(self, state: DecodeState) -> None:
-        self.cache, self.skipped = self.head.new_cache(), 0
+    def begin(self, row: int, state: DecodeState) -> None:
+        self.cols[row], self.skipped[row] = [], 0
         # every prompt position's features, pairs (x_{i+1}, f_i)
-        self.pending = (state.tokens[1:], [(self.feature_parts(state.target_out), None)])
+        self.pending[row] = (state.tokens[1:], [(self.feature_parts(state.target_out), None)])
 
-    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+    def update(self, row: int, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         rows = state.rows  # verify rows whose features predicted the emitted tokens
         toks = state.tokens[-len(rows) :]
-        # no tensor op here: a plain step's gather and concatenation cost 15 us of EAGLE-3's 2.7 ms step, every step
+        # no tensor op here: a plain step's gather and concatenation would cost every step
         chunk = (self.feature_parts(state.target_out), list(rows))
-        if self.pending is None:
-            self.pending = (toks, [chunk])
+        if self.pending[row] is None:
+            self.pending[row] = (toks, [chunk])
         else:  # this step drafted nothing (its depth cap was 0): the earlier pairs still wait
-            self.pending[0].extend(toks)
-            self.pending[1].append(chunk)
+            self.pending[row][0].extend(toks)
+            self.pending[row][1].append(chunk)
 
-    def take_pending(self) -> tuple[list[int], torch.Tensor]:
-        """The waiting pairs, tokens and features [n, F], and none left waiting."""
-        toks, chunks = self.pending
-        self.pending = None
+    def take_pending(self, row: int) -> tuple[list[int], torch.Tensor]:
+        """A row's waiting pairs, tokens and features [n, F], and none left waiting."""
+        toks, chunks = self.pending[row]
+        self.pending[row] = None
         columns = []  # per feature part: [n, H]
         for i in range(len(chunks[0][0])):
             pieces = [_rows_of(parts[i][0], rows) for parts, rows in chunks]
             columns.append(pieces[0] if len(pieces) == 1 else torch.cat([p.to(pieces[0].dtype) for p in pieces]))
         return toks, columns[0] if len(columns) == 1 else torch.cat(columns, dim=-1)
 
-    def _drop_drafts(self, committed: int) -> None:
-        """Keep only the committed pairs in the head's cache: draft entries were only for drafting."""
-        crop(self.cache, committed)
+    def _catch_up(self, b: int, state: DecodeState) -> tuple[tuple | None, tuple]:
+        """Row b's waiting pairs split in two: those that go in without a read-out (None: none), and the latest
+        ones read (the root's, and those hindsight reads when greedy: every pair since the last draft, or the
+        generated ones on a run's first). A prompt or a long stretch of plain steps feeds its latest `head_context`
+        pairs only, at their text positions (`skipped` counts the gap)."""
+        base = len(self.cols[b])
+        toks, feats = self.take_pending(b)
+        read = 1
+        if state.sampling.greedy:
+            generated = len(state.tokens) - state.prompt_len  # pairs from the one whose read-out guesses the first
+            read += min(HINDSIGHT_ROWS, len(toks) - 1 if base else generated)
+        gap = 0
+        if base == 0 and len(toks) > 1:  # a prompt's pairs: the root's pair and the `head_context` before it
+            gap = max(0, len(toks) - 1 - self.head_context)
+        elif len(toks) > self.head_context:  # a long stretch of plain steps: its latest pairs, after a gap
+            gap = len(toks) - self.head_context
+        self.skipped[b] += gap
+        toks, feats = toks[gap:], feats[gap:]
+        if len(toks) > read:  # a vocabulary's top-k per pair would be dropped: these go in without one
+            return (toks[:-read], feats[:-read]), (toks[-read:], feats[-read:])
+        return None, (toks, feats)
 
-    def _mask(self, committed: int, ancestors: list[list[int]] | None, fed: int, dtype, device) -> torch.Tensor | None:
-        """[1, 1, m, committed + fed + m] additive: each new row sees the committed pairs, the fed entries listed in
-        its `ancestors` (slots counted after the committed pairs) and itself; `ancestors` None with `m` = fed: the
-        new rows are a causal run (the pairs committed since the last step), None for a run of one (it sees all)."""
-        storage, lowest = mask_storage(dtype)  # built in numpy, viewed as the dtype: one torch op instead of four
-        if ancestors is None:  # a causal run of `fed` rows after the committed pairs
-            if fed == 1:
-                return None
-            if self._causal is None or self._causal.shape[0] < fed or self._causal.dtype != storage:
-                size = max(fed, 16)
-                self._causal = np.where(np.triu(np.ones((size, size), dtype=bool), 1), lowest, storage(0))
-            mask = np.zeros((fed, committed + fed), dtype=storage)
-            mask[:, committed:] = self._causal[:fed, :fed]
-            return host_mask(mask, dtype)[None, None].to(device)
-        m = len(ancestors)
-        mask = np.zeros((m, committed + fed + m), dtype=storage)
-        drafted = mask[:, committed:]  # over the fed entries and the new rows
-        drafted[:] = lowest
-        rows = [r for r, anc in enumerate(ancestors) for _ in range(len(anc) + 1)]
-        cols = [c for r, anc in enumerate(ancestors) for c in (*anc, fed + r)]  # its ancestors and itself
-        drafted[rows, cols] = 0
-        return host_mask(mask, dtype)[None, None].to(device)
-
-    def _feed(self, tokens: list[int], feats: torch.Tensor, positions: list[int], mask):
-        """One head forward and its read-out (engine/heads/readout.py): outputs [m, H], the top `k_read`
-        candidates' log-probs and target ids [m, k_read]."""
-        dev = feats.device
-        out, values, ids = draft_step(self.head)(
-            torch.tensor([tokens], device=dev),
-            feats[None],
-            torch.tensor([positions], device=dev),
+    def _head_call(self, feeds: dict[int, tuple], readout: bool = True) -> dict:
+        """One head forward (and read-out) for the rows in `feeds`: feeds[b] = (tokens, features [n, F], text
+        positions, per new entry the slots of its ancestors among the row's draft entries, or None for a causal run
+        after the row's committed pairs). Returns {b: (outputs [n, H], the columns the new entries took, per new entry
+        its candidates (target ids, log-probs) as lists)}; without `readout` the outputs and candidates are None."""
+        B = len(self.cols)
+        S = max(len(f[0]) for f in feeds.values())
+        if B > 1:
+            S = max(S, 2)  # a batch feeds two or more: one compiled graph for every batch forward
+        width = cache_length(self.cache)
+        hidden = next(iter(feeds.values()))[1].shape[-1]
+        ids, positions = np.zeros((B, S), dtype=np.int64), np.zeros((B, S), dtype=np.int64)
+        feats = torch.zeros(B, S, hidden, dtype=self.dtype)  # [B, S, F]
+        plain = B == 1  # one row that sees its whole cache and a causal run of one entry needs no mask
+        runs = {}
+        for b, (tokens, f, pos, ancestors) in feeds.items():
+            n = len(tokens)
+            ids[b, :n] = tokens
+            feats[b, :n] = f.to(self.dtype)
+            positions[b, :n] = pos
+            plain = plain and ancestors is None and n == 1 and self.cols[b] == list(range(width))
+            columns = None if ancestors is None else [[self.drafted[b][s] for s in slots] for slots in ancestors]
+            runs[b] = (self.cols[b], n, columns)
+        device = self.device
+        inputs = (
+            torch.from_numpy(ids).to(device),
+            feats.to(device),
+            torch.from_numpy(positions).to(device),
             self.cache,
-            mask,
-            self.k_read,
+            None if plain else head_mask(runs, B, width, S, self.dtype).to(device),  # [B, 1, S, width + S]
         )
-        return out[0], values[0], ids[0]
+        if not readout:
+            self.head(*inputs)
+            return {b: (None, list(range(width, width + len(f[0]))), None) for b, f in feeds.items()}
+        out, values, top = draft_step(self.head)(*inputs, self.k_read)  # [B, S, H], [B, S, k], [B, S, k]
+        values, top = values.tolist(), top.tolist()  # one copy each for every row
+        return {
+            b: (out[b, :n], list(range(width, width + n)), list(zip(top[b][:n], values[b][:n])))
+            for b, n in ((b, len(f[0])) for b, f in feeds.items())
+        }
 
-    def window_prompt(self, pairs: int) -> int:
-        """How many of a prompt's first `pairs` the head's cache leaves out (all but the latest `head_context`),
-        remembered in `skipped`: every later pair and draft entry is fed at its text position."""
-        self.skipped = max(0, pairs - self.head_context)
-        return self.skipped
-
-    def _absorb(self, tokens: list[int], feats: torch.Tensor, base: int) -> None:
-        """The head forward over a causal run of pairs after the `base` in its cache, without the read-out: a top-k
-        over the vocabulary for every pair of a prompt, of which drafting reads the last one's only, took most of the
-        first draft (9.8 ms against 2-3 for the next ones, single row; 19-22 ms at batch 4). Positions are the text's
-        (`skipped`: the pairs left out, a prompt's and any stretch's gap). feats: [m, F]."""
-        m, dev = len(tokens), feats.device
-        mask = self._mask(base, None, m, feats.dtype, dev)  # a causal run after the cached pairs (None for one)
-        positions = torch.arange(base + self.skipped, base + self.skipped + m, device=dev)[None]
-        self.head(torch.tensor([tokens], device=dev), feats[None], positions, self.cache, mask)
-
-    @staticmethod
-    def top_lists(values: torch.Tensor, ids: torch.Tensor) -> list[tuple[list, list]]:
-        """Per row of a read-out [m, k]: the candidates' target ids and log-probs as lists, one copy each."""
-        return list(zip(ids.tolist(), values.tolist()))
+    def _check_catch_up(self, toks: list[int], tops: list[tuple[list, list]]) -> None:
+        """Whether the head's candidates after each caught-up pair held the next one's token: depth 1 of a tree
+        there (and whether its first choice did)."""
+        if len(toks) < 2:
+            return
+        if self.dynamic:
+            rows = [ids[: self.top_k] for ids, _ in tops[:-1]]
+        else:
+            rows = [[ids[r] for r in self.first_ranks] for ids, _ in tops[:-1]]
+        self.note_hindsight([t in r for t, r in zip(toks[1:], rows)], [t == r[0] for t, r in zip(toks[1:], rows)])
 
     @torch.no_grad()
-    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        if self.pending is None or max_tokens < 1:
-            return Draft()
-        dtype = self.dtype
-        base = cache_length(self.cache)
-        toks, feats = self.take_pending()
-        read = 1  # the latest pairs fed with a read-out: the root's, and those hindsight reads (greedy only)
-        if state.sampling.greedy:  # every pair since the last draft, or the generated ones on a run's first
-            generated = len(state.tokens) - state.prompt_len  # pairs from the one whose read-out guesses the first
-            read += min(self.hindsight_rows, len(toks) - 1 if base else generated)
-        if base == 0 and len(toks) > 1:  # a prompt's pairs: the latest `head_context` only, at their text positions
-            skip = self.window_prompt(len(toks) - 1)
-            toks, feats = toks[skip:], feats[skip:]
-        elif len(toks) > self.head_context:  # a long stretch of plain steps: its latest pairs too, after a gap
-            gap = len(toks) - self.head_context  # (`skipped` counts it: every later pair keeps its text position)
-            self.skipped += gap
-            toks, feats = toks[gap:], feats[gap:]
-        if len(toks) > read:  # the others go in with no read-out: a vocabulary's top-k per pair, only to be dropped
-            self._absorb(toks[:-read], feats[:-read].to(dtype), base)
-            base, toks, feats = cache_length(self.cache), toks[-read:], feats[-read:]
-        m = len(toks)
-        at = base + self.skipped  # the text position of the first pair fed
-        out, values, ids = self._feed(
-            toks, feats.to(dtype), list(range(at, at + m)), self._mask(base, None, m, dtype, feats.device)
-        )
-        if m > 1 and state.sampling.greedy:  # the head's candidates after each caught-up pair: depth 1 of a tree there
-            first = ids[:-1, : self.top_k] if self.dynamic else ids[:-1, self.first_ranks]  # [m - 1, children]
-            rows = first.tolist()
-            self.matches = [t in row for t, row in zip(toks[1:], rows)]
-            self.first_matches = [t == row[0] for t, row in zip(toks[1:], rows)]
-        committed = base + m  # pairs in the cache; the root pair sits at position committed - 1
-        root_feat = out[-1]  # predicted feature after the pending token
-        tree = GrowingTree(self, root_feat, min(self.levels, max_tokens))
-        (root_top,) = self.top_lists(values[-1:], ids[-1:])
-        tree.start(root_top)
-        while (step := tree.next_inputs()) is not None:
-            tokens, in_feats, ancestors = step
-            mask = self._mask(committed, ancestors, tree.fed, dtype, root_feat.device)
-            positions = [committed + self.skipped - 1 + tree.depth - 1] * len(tokens)
-            outs, values, ids = self._feed(tokens, in_feats, positions, mask)  # one head and read-out call per depth
-            tree.absorb(outs, self.top_lists(values, ids))
-        self._drop_drafts(committed)
-        return self.finish(tree.draft())
+    def propose(self, states: list[DecodeState | None], max_tokens: list[int]) -> list[Draft]:
+        drafts = [Draft() for _ in states]
+        live = [b for b, s in enumerate(states) if s is not None and self.pending[b] is not None and max_tokens[b] >= 1]
+        if not live:
+            return drafts
+        if self.cache is None:
+            self.cache = self.head.new_cache()
+        self.cols = pack_columns(self.cache, self.cols)  # each row's committed pairs at columns 0..n_b - 1
+        absorbed, read = {}, {}
+        for b in live:
+            absorbed[b], read[b] = self._catch_up(b, states[b])
+        outs = {}
+        for part, readout in (({b: a for b, a in absorbed.items() if a is not None}, False), (read, True)):
+            if not part:
+                continue
+            feeds = {}
+            for b, (toks, f) in part.items():
+                at = len(self.cols[b]) + self.skipped[b]  # the text position of the first pair fed
+                feeds[b] = (toks, f, list(range(at, at + len(toks))), None)
+            outs = self._head_call(feeds, readout)
+            for b in part:
+                self.cols[b] += outs[b][1]
+        trees, committed = {}, {}
+        self.drafted = {b: [] for b in live}  # row b's draft entries' columns, by slot
+        for b in live:
+            toks = read[b][0]
+            if states[b].sampling.greedy:
+                self._check_catch_up(toks, outs[b][2])
+            committed[b] = len(self.cols[b])  # pairs in the cache; the root pair sits at position committed - 1
+            trees[b] = GrowingTree(self, outs[b][0][-1], min(self.levels, max_tokens[b]))
+            trees[b].start(outs[b][2][-1])  # the root's candidates: the last pair's read-out
+        while True:
+            feeds = {}
+            for b in live:
+                step = trees[b].next_inputs()
+                if step is None:
+                    continue
+                tokens, f, ancestors = step
+                position = committed[b] + self.skipped[b] - 1 + trees[b].depth - 1  # the text's (HEAD_CONTEXT)
+                feeds[b] = (tokens, f, [position] * len(tokens), ancestors)
+            if not feeds:
+                break
+            outs = self._head_call(feeds)
+            for b in feeds:
+                out, cols, tops = outs[b]
+                self.drafted[b] += cols
+                trees[b].absorb(out, tops)
+        for b in live:
+            drafts[b] = self.finish(trees[b].draft())
+        return drafts
 
     def finish(self, draft: Draft) -> Draft:
         """The draft as the loop gets it: a hook for what a subclass adds (EAGLE-3's draft-vocabulary ids)."""
         return draft
-
-    @classmethod
-    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedTrees:
-        """One head forward and one LM-head call per depth for every row of a batch (eagle_batch.py)."""
-        return BatchedTrees(drafters, GrowingTree)
 
     def settings(self) -> dict:
         ids = getattr(self.head, "draft_ids", None)  # EAGLE's optional draft vocabulary (EAGLE-3 says its own)
@@ -269,7 +284,7 @@ class EagleDrafter(Drafter):
 
 class GrowingTree:
     """One row's draft tree while it grows: EAGLE-2's confidence-ranked expansion (or EAGLE-1's fixed paths), apart
-    from the head calls, so one row (EagleDrafter.propose) and a batch (eagle_batch.py) grow trees alike."""
+    from the head calls, which `EagleDrafter.propose` makes for every row at once."""
 
     def __init__(self, drafter: EagleDrafter, root_feat: torch.Tensor, depth_cap: int) -> None:
         self.d = drafter
@@ -373,23 +388,29 @@ def compiled_drafting(label: str):
 
 
 @dataclass
-class EagleOptions:
-    eagle_mode: str = knob(
-        "dynamic",
-        "dynamic: EAGLE-2's confidence-ranked tree; static: EAGLE-1's fixed tree",
-        choices=("dynamic", "static"),
-    )
-    eagle_top_k: int = knob(DEFAULT_TOP_K, "dynamic: nodes expanded per depth", lo=1, hi=32, label="top-k")
-    eagle_depth: int = knob(
+class TreeOptions:
+    """The dynamic tree's knobs, as SafeAILab/EAGLE names them: EAGLE-2's and EAGLE-3's alike."""
+
+    top_k: int = knob(DEFAULT_TOP_K, "nodes expanded per depth (dynamic trees)", lo=1, hi=32, label="top-k")
+    depth: int = knob(
         DEFAULT_DEPTH, "expansions after the root's top-k (levels = depth + 1), as in SafeAILab/EAGLE", lo=0, hi=12
     )
-    eagle_total_tokens: int = knob(
+    total_tokens: int = knob(
         DEFAULT_TOTAL,
-        "dynamic: tokens verified per step, the pending one included (drafted nodes = total - 1), as in "
-        "SafeAILab/EAGLE",
+        "tokens verified per step, the pending one included (drafted nodes = total - 1), as in SafeAILab/EAGLE "
+        "(dynamic trees)",
         lo=2,
         hi=129,
         label="total",
+    )
+
+
+@dataclass
+class EagleOptions(TreeOptions):
+    mode: str = knob(
+        "dynamic",
+        "dynamic: EAGLE-2's confidence-ranked tree; static: EAGLE-1's fixed tree",
+        choices=("dynamic", "static"),
     )
 
 
@@ -397,10 +418,10 @@ def build(ctx: BuildContext) -> EagleDrafter:
     o = ctx.options
     return EagleDrafter(
         ctx.part,
-        dynamic=o.eagle_mode == "dynamic",
-        top_k=o.eagle_top_k,
-        depth=o.eagle_depth,
-        total_tokens=o.eagle_total_tokens,
+        dynamic=o.mode == "dynamic",
+        top_k=o.top_k,
+        depth=o.depth,
+        total_tokens=o.total_tokens,
     )
 
 
@@ -413,20 +434,39 @@ SPEC = DrafterSpec(
     build=build,
     options=EagleOptions,
     explain=lambda o: (
-        explain(o.eagle_top_k, o.eagle_depth, o.eagle_total_tokens)
-        if o.eagle_mode == "dynamic"
-        else f"EAGLE-1's 25-node tree, {min(o.eagle_depth + 1, 5)} levels"
+        explain(o.top_k, o.depth, o.total_tokens)
+        if o.mode == "dynamic"
+        else f"EAGLE-1's 25-node tree, {min(o.depth + 1, 5)} levels"
     ),
     part=PartSpec(
         "eagle",
         "EAGLE head folder",
         load=lambda path, target, access: load_eagle_head(path, target.model),
         describe=lambda head: dict(head.cfg),
-        bundled=BUNDLED_EAGLE,
+        bundled=BUNDLED / "eagle",
         brief=lambda head: f"1 layer, hidden {head.cfg.get('hidden_size')}",
         compile=compiled_drafting("EAGLE"),
     ),
+    budget=BudgetTraits(hindsight_depth=1),  # a catch-up reads the target's features: its guesses are depth 1's
 )
+
+
+def head_mask(runs: dict, rows: int, width: int, S: int, dtype: torch.dtype) -> torch.Tensor:
+    """[rows, 1, S, width + S] additive over a head forward's keys (the cache's `width` columns, then the S new
+    entries): runs[b] = (the cache columns every new entry of row b sees, its new entries n, per entry the columns of
+    its ancestors, or None: the entries are a causal run); every entry sees itself, padding only itself. Built in
+    numpy and viewed as the dtype: one torch op."""
+    storage, lowest = mask_storage(dtype)
+    mask = np.full((rows, S, width + S), lowest, dtype=storage)
+    mask[:, np.arange(S), width + np.arange(S)] = 0
+    for b, (seen, n, ancestors) in runs.items():
+        mask[b, :n, seen] = 0
+        if ancestors is None:
+            mask[b, :n, width : width + n][np.tril(np.ones((n, n), dtype=bool))] = 0
+        else:
+            for r, columns in enumerate(ancestors):
+                mask[b, r, columns] = 0
+    return host_mask(mask, dtype)[:, None]
 
 
 def _rows_of(features: torch.Tensor, rows: list[int] | None) -> torch.Tensor:

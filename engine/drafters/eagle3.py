@@ -6,16 +6,14 @@ they stay deterministic given the context and verification stays exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState
-from engine.drafters.eagle import EagleDrafter, compiled_drafting, explain
-from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.drafters.eagle import EagleDrafter, TreeOptions, compiled_drafting, explain
+from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
-from engine.models import BUNDLED_EAGLE3
-from engine.tree import Draft
+from engine.models.loading import BUNDLED
 
 # Chosen on this project's 2-core Xeon CPU (bf16, bundled target and EAGLE-3 head, 20 suite prompts x 64 tokens,
 # greedy, same run as EAGLE-2): depth 5 tau 2.84, 1.36x; depth 6 (82 prompts) tau 2.85, 1.29x: the sixth level
@@ -44,21 +42,18 @@ class Eagle3Drafter(EagleDrafter):
 
     def finish(self, draft: Draft) -> Draft:
         if draft.tokens:  # for the step inspector: each node's id in the head's own vocabulary
-            draft.meta["draft_ids"] = [self._draft_id[t] for t in draft.tokens]
-            draft.meta["draft_vocab"] = len(self.head.d2t)
+            draft.notes.draft_ids = [self._draft_id[t] for t in draft.tokens]
+            draft.notes.draft_vocab = len(self.head.d2t)
         return draft
 
-    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        super().update(state, draft, accepted)
+    def update(self, row: int, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        super().update(row, state, draft, accepted)
         own = state.tokens[-1]  # the target's token after the accepted path: could the head have drafted it?
-        draft.meta["target_token_in_draft_vocab"] = 0 <= own < len(self._draft_id) and self._draft_id[own] >= 0
+        draft.notes.target_in_draft_vocab = 0 <= own < len(self._draft_id) and self._draft_id[own] >= 0
 
     def feature_parts(self, target_out) -> list[torch.Tensor]:
         """[1, S, H] each: the captured inputs of the three feature layers (side by side, fc fuses them in the head)."""
         return list(target_out.layer_features)
-
-    def _drop_drafts(self, committed: int) -> None:
-        self.cache.crop(committed)
 
     def settings(self) -> dict:
         return {
@@ -73,24 +68,9 @@ class Eagle3Drafter(EagleDrafter):
         }
 
 
-@dataclass
-class Eagle3Options:
-    eagle3_top_k: int = knob(DEFAULT_TOP_K, "nodes expanded per depth", lo=1, hi=32, label="top-k")
-    eagle3_depth: int = knob(
-        DEFAULT_DEPTH, "expansions after the root's top-k (levels = depth + 1), as in SafeAILab/EAGLE", lo=0, hi=12
-    )
-    eagle3_total_tokens: int = knob(
-        DEFAULT_TOTAL,
-        "tokens verified per step, the pending one included (drafted nodes = total - 1), as in SafeAILab/EAGLE",
-        lo=2,
-        hi=129,
-        label="total",
-    )
-
-
 def build(ctx: BuildContext) -> Eagle3Drafter:
     o = ctx.options
-    return Eagle3Drafter(ctx.part, top_k=o.eagle3_top_k, depth=o.eagle3_depth, total_tokens=o.eagle3_total_tokens)
+    return Eagle3Drafter(ctx.part, top_k=o.top_k, depth=o.depth, total_tokens=o.total_tokens)
 
 
 def describe(head: Eagle3Head) -> dict:
@@ -110,15 +90,16 @@ SPEC = DrafterSpec(
     summary="a one-layer head drafts from features fused from three target layers, over its own reduced vocabulary "
     "(Li et al. 2025)",
     build=build,
-    options=Eagle3Options,
-    explain=lambda o: explain(o.eagle3_top_k, o.eagle3_depth, o.eagle3_total_tokens),
+    options=TreeOptions,  # EAGLE-2's tree knobs, under EAGLE-3's own names (eagle3_top_k, ...)
+    explain=lambda o: explain(o.top_k, o.depth, o.total_tokens),
     part=PartSpec(
         "eagle3",
         "EAGLE-3 head folder",
         load=lambda path, target, access: load_eagle3_head(path, target.model),
         describe=describe,
-        bundled=BUNDLED_EAGLE3,
+        bundled=BUNDLED / "eagle3",
         brief=lambda head: f"layers {list(head.layer_ids)}, draft vocab {len(head.d2t)}",
         compile=compiled_drafting("EAGLE-3"),
     ),
+    budget=BudgetTraits(hindsight_depth=1),  # a catch-up reads the target's features: its guesses are depth 1's
 )

@@ -12,14 +12,15 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.drafters.base import DecodeState, Drafter
-from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.decoding.tree import Draft
+from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
+from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.compiled_readout import compile_readout, compiled_readout_of
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
 from engine.heads.readout import candidates
-from engine.models import BUNDLED_MEDUSA
-from engine.tree import Draft
+from engine.models.loading import BUNDLED
+from engine.records.events import DraftNotes
 
 # FasterDecoding/Medusa `medusa_choices.py`: the 63-node tree tuned for Vicuna-7B on an A100.
 MC_SIM_7B_63 = [
@@ -96,7 +97,6 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
 class MedusaDrafter(Drafter):
     name = "medusa"
     needs_hidden_states = True
-    hindsight_depth = 1  # head 0 on a plain step's hidden state: the depth-1 guess there (deeper heads guess alone)
 
     def __init__(
         self,
@@ -127,33 +127,40 @@ class MedusaDrafter(Drafter):
         self.acceptance = acceptance
         self.approximate = acceptance == "typical"
         self.typical = (typical_eps, typical_alpha)
-        self.hidden: torch.Tensor | None = None  # [H]: last hidden state of the last accepted position
         self.first_ranks = sorted({p[0] for p in self.paths if len(p) == 1})  # head 0's candidates at depth 1
-        self.unchecked: list[torch.Tensor] = []  # [H] each: plain steps' hidden states since the last draft
-        self.unchecked_from = 0  # the index in the tokens of the one the first of them emitted
-        self.matches: list[bool] = []
+        self.reset(1)
         readout = compiled_readout_of(heads)
         if readout is not None and (self.topk, False, False) not in readout.graphs:
             readout.warm_up(self.topk)  # a tree reading another k than the one compiled at load: now, not mid-run
 
-    def reset(self) -> None:
-        self.hidden, self.unchecked, self.matches, self.first_matches = None, [], [], None
+    def reset(self, rows: int) -> None:
+        super().reset(rows)
+        self.hidden: list[torch.Tensor | None] = [None] * rows  # [H] per row: the last accepted position's
+        self.unchecked: list[list[torch.Tensor]] = [[] for _ in range(rows)]  # per row: plain steps' hidden states
+        self.unchecked_from = [0] * rows  # per row: the index in its tokens of the one the first of them emitted
 
-    def begin(self, state: DecodeState) -> None:
-        self.hidden = state.target_out.hidden_states[-1][0, -1]
+    def begin(self, row: int, state: DecodeState) -> None:
+        self.hidden[row] = state.target_out.hidden_states[-1][0, -1]
+        self.unchecked[row] = []
 
     @torch.no_grad()
-    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        if self.hidden is None or max_tokens < 1:
-            return Draft()
-        if len(self.unchecked) > 1:
-            self._check_unchecked(state.tokens)
-        self.unchecked = []
-        # one row [1, H] (the form the compiled read-out takes) -> [K, 1, k]; a draft one token deep reads head 0 only
-        first = max_tokens == 1
-        top = candidates(self.heads)(self.hidden[None], self.topk, log_probs=False, first=first).indices[:, 0]  # [K, k]
-        top = self.heads.to_target(top)  # a draft vocabulary's ids as target ids
-        return self.tree_from(top.tolist(), max_tokens)
+    def propose(self, states: list[DecodeState | None], max_tokens: list[int]) -> list[Draft]:
+        """One heads call and one top-k for every drafting row's last hidden state."""
+        drafts = [Draft() for _ in states]
+        live = [b for b, s in enumerate(states) if s is not None and self.hidden[b] is not None and max_tokens[b] >= 1]
+        for b in live:
+            if len(self.unchecked[b]) > 1:
+                self._check_unchecked(b, states[b].tokens)
+            self.unchecked[b] = []
+        if not live:
+            return drafts
+        hidden = torch.stack([self.hidden[b] for b in live])  # [rows, H]
+        first = max(max_tokens[b] for b in live) == 1  # every row one token deep: head 0 alone
+        top = self.heads.to_target(candidates(self.heads)(hidden, self.topk, log_probs=False, first=first).indices)
+        top = top.transpose(0, 1).tolist()  # [K, rows, k] target ids -> [rows, K, k], to the host once
+        for j, b in enumerate(live):
+            drafts[b] = self.tree_from(top[j], max_tokens[b])
+        return drafts
 
     def tree_from(self, top: list[list[int]], max_tokens: int) -> Draft:
         """The draft tree from each head's top candidates `top` [K, k] (ids), no path deeper than max_tokens."""
@@ -163,37 +170,31 @@ class MedusaDrafter(Drafter):
         tokens = [top[len(self.paths[i]) - 1][self.paths[i][-1]] for i in keep]
         parents = [remap.get(self.parents[i], -1) for i in keep]
         typical = self.typical if self.acceptance == "typical" else None
-        return Draft(tokens, parents, meta={"rule": "typical"} if typical else {}, typical=typical)
+        return Draft(tokens, parents, notes=DraftNotes(rule="typical" if typical else None), typical=typical)
 
-    @classmethod
-    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedHeads:
-        """One heads call and one top-k for every row of a batch."""
-        return BatchedHeads(drafters)
-
-    def _check_unchecked(self, tokens: list[int]) -> None:
-        """Hindsight over the plain steps since the last draft: whether head 0 on each one's hidden state had the
+    def _check_unchecked(self, row: int, tokens: list[int]) -> None:
+        """Hindsight over a row's plain steps since its last draft: whether head 0 on each one's hidden state had the
         next token among the tree's depth-1 candidates (the last one's next token is not known yet). One call of
         head 0 for all of them, eager: it runs when a step drafts after plain ones, not every step."""
-        hidden = torch.stack(self.unchecked[:-1])  # [n, H]
+        hidden = torch.stack(self.unchecked[row][:-1])  # [n, H]
         top = self.heads.to_target(self.heads.first_logits(hidden).topk(max(self.first_ranks) + 1, dim=-1).indices)
         guesses = top[:, self.first_ranks].tolist()
-        start = self.unchecked_from + 1  # the token head 0 guesses from the first plain step's hidden state
-        self.matches = [tokens[start + j] in row for j, row in enumerate(guesses)]
-        self.first_matches = [tokens[start + j] == row[0] for j, row in enumerate(guesses)]
+        start = self.unchecked_from[row] + 1  # the token head 0 guesses from the first plain step's hidden state
+        matches = [tokens[start + j] in ranks for j, ranks in enumerate(guesses)]
+        self.note_hindsight(matches, [tokens[start + j] == ranks[0] for j, ranks in enumerate(guesses)])
 
-    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
-        self.hidden = state.target_out.hidden_states[-1][0, state.rows[-1]]
-        # A plain step's hidden state is kept for hindsight (engine/budget.py; the latest `hindsight_rows` + 1): under
-        # a draft budget Medusa's heads read nothing while plain steps are best, so acceptance was learned from the rare
-        # probes alone (about eight drafts' worth per run): off the suite the budget put depth 1 at 1.47-1.51 tokens a
-        # step where drafting every step got 1.66-1.68.
+    def update(self, row: int, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+        hidden = self.hidden[row] = state.target_out.hidden_states[-1][0, state.rows[-1]]
+        # A plain step's hidden state is kept for hindsight (the latest HINDSIGHT_ROWS + 1): under a draft budget the
+        # heads read nothing while plain steps are best, so acceptance would be learned from the rare probes alone.
         if not len(draft) and state.sampling.greedy:  # a plain step: what head 0 would have guessed is checked later
-            if not self.unchecked:
-                self.unchecked_from = len(state.tokens) - 1
-            self.unchecked.append(self.hidden)
-            if len(self.unchecked) > self.hindsight_rows + 1:  # the last one's next token is not known yet
-                del self.unchecked[0]
-                self.unchecked_from += 1
+            unchecked = self.unchecked[row]
+            if not unchecked:
+                self.unchecked_from[row] = len(state.tokens) - 1
+            unchecked.append(hidden)
+            if len(unchecked) > HINDSIGHT_ROWS + 1:  # the last one's next token is not known yet
+                del unchecked[0]
+                self.unchecked_from[row] += 1
 
     def settings(self) -> dict:
         return {
@@ -205,35 +206,9 @@ class MedusaDrafter(Drafter):
         }
 
 
-class BatchedHeads:
-    """Medusa for a batch: the heads read every drafting row's last hidden state in one call."""
-
-    def __init__(self, drafters: list[MedusaDrafter]) -> None:
-        self.rows = drafters
-
-    def replace(self, row: int, drafter: MedusaDrafter) -> None:
-        """Row `row` decodes a new prompt with `drafter` (nothing else is kept per row)."""
-        self.rows[row] = drafter
-
-    @torch.no_grad()
-    def propose(self, states: list[DecodeState], max_tokens: list[int], active: list[bool]) -> list[Draft]:
-        drafts = [Draft() for _ in self.rows]
-        live = [b for b, d in enumerate(self.rows) if active[b] and d.hidden is not None and max_tokens[b] >= 1]
-        if not live:
-            return drafts
-        lead = self.rows[live[0]]
-        hidden = torch.stack([self.rows[b].hidden for b in live])  # [rows, H]
-        first = max(max_tokens[b] for b in live) == 1  # every row one token deep: head 0 alone
-        top = lead.heads.to_target(candidates(lead.heads)(hidden, lead.topk, log_probs=False, first=first).indices)
-        top = top.transpose(0, 1).tolist()  # [K, rows, k] target ids -> [rows, K, k], to the host once
-        for j, b in enumerate(live):
-            drafts[b] = self.rows[b].tree_from(top[j], max_tokens[b])
-        return drafts
-
-
 @dataclass
 class MedusaOptions:
-    medusa_tree: str = knob(
+    tree: str = knob(
         DEFAULT_TREE,
         f"the tree: a name ({', '.join(TREES)}) or a JSON list of paths such as [[0], [0, 0], [1]]",
         suggestions=tuple(TREES),
@@ -243,6 +218,7 @@ class MedusaOptions:
         "exact",
         "greedy (needs temperature 0), exact sampling, or typical acceptance (approximate)",
         choices=("greedy", "exact", "typical"),
+        flag="--acceptance",
     )
 
 
@@ -250,7 +226,7 @@ def build(ctx: BuildContext) -> MedusaDrafter:
     o = ctx.options
     if o.acceptance == "greedy" and not ctx.sampling.greedy:
         raise GlanceError("--acceptance greedy needs --temperature 0; use exact or typical to sample")
-    return MedusaDrafter(ctx.part, tree=o.medusa_tree, acceptance=o.acceptance)
+    return MedusaDrafter(ctx.part, tree=o.tree, acceptance=o.acceptance)
 
 
 def compile_medusa(heads: MedusaHeads, progress):
@@ -272,8 +248,9 @@ SPEC = DrafterSpec(
         "Medusa heads folder",
         load=lambda path, target, access: load_medusa_heads(path, target.model),
         describe=lambda heads: heads.config(),
-        bundled=BUNDLED_MEDUSA,
+        bundled=BUNDLED / "medusa",
         brief=lambda heads: f"{heads.num_heads} heads",
         compile=compile_medusa,
     ),
+    budget=BudgetTraits(hindsight_depth=1),  # head 0 on a plain step's hidden state: the depth-1 guess there
 )

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState, Drafter
-from engine.drafters.spec import BuildContext, DrafterSpec, knob
-from engine.tree import Draft
+from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, knob
 
 DEFAULT_MAX_NGRAM = 3
 DEFAULT_TOKENS = 8
@@ -27,20 +27,16 @@ def lookup(tokens: list[int], max_ngram: int, count: int) -> list[int]:
 
 class PromptLookupDrafter(Drafter):
     name = "prompt_lookup"
-    budgeted = False  # its drafts are n-gram lookups: nearly free to make, cheap to verify
 
     def __init__(self, max_ngram: int = DEFAULT_MAX_NGRAM, tokens: int = DEFAULT_TOKENS) -> None:
         self.max_ngram, self.tokens = max_ngram, tokens
 
-    def budgeted_in_batch(self, rows: int) -> bool:
-        """In a batch of two or more rows, yes: there a verified token costs the target real arithmetic, and the
-        cost-aware cap shortens the chain to what pays. At one row a longer chain costs next to nothing, and the cap
-        only lost tokens."""
-        return rows > 1
-
-    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        found = lookup(state.tokens, self.max_ngram, min(self.tokens, max_tokens))
-        return Draft.chain(found)
+    def propose(self, states: list[DecodeState | None], max_tokens: list[int]) -> list[Draft]:
+        """Each row's chain: a lookup in its own text, on the host (nothing to batch)."""
+        return [
+            Draft.chain(lookup(s.tokens, self.max_ngram, min(self.tokens, m))) if s is not None else Draft()
+            for s, m in zip(states, max_tokens)
+        ]
 
     def settings(self) -> dict:
         return {"max_ngram": self.max_ngram, "tokens": self.tokens}
@@ -48,12 +44,12 @@ class PromptLookupDrafter(Drafter):
 
 @dataclass
 class PromptLookupOptions:
-    prompt_lookup_ngram: int = knob(DEFAULT_MAX_NGRAM, "longest n-gram matched against the context", lo=1, hi=8)
-    prompt_lookup_tokens: int = knob(DEFAULT_TOKENS, "tokens proposed after a match", lo=1, hi=32)
+    ngram: int = knob(DEFAULT_MAX_NGRAM, "longest n-gram matched against the context", lo=1, hi=8)
+    tokens: int = knob(DEFAULT_TOKENS, "tokens proposed after a match", lo=1, hi=32)
 
 
 def build(ctx: BuildContext) -> PromptLookupDrafter:
-    return PromptLookupDrafter(ctx.options.prompt_lookup_ngram, ctx.options.prompt_lookup_tokens)
+    return PromptLookupDrafter(ctx.options.ngram, ctx.options.tokens)
 
 
 SPEC = DrafterSpec(
@@ -65,4 +61,7 @@ SPEC = DrafterSpec(
     build=build,
     options=PromptLookupOptions,
     in_default_race=False,  # lookahead already pools the context's n-grams; tick it to compare
+    # In a batch of two or more rows a verified token costs the target real arithmetic, and the cost-aware cap
+    # shortens the chain to what pays; at one row a longer chain costs next to nothing, and a cap only lost tokens.
+    budget=BudgetTraits(depth_cap="batches"),
 )

@@ -18,9 +18,9 @@ from typing import Any
 from engine.errors import GlanceError
 
 if typing.TYPE_CHECKING:
+    from engine.decoding.sampling import SamplingConfig
     from engine.drafters.base import Drafter
-    from engine.models import LoadedModel
-    from engine.sampling import SamplingConfig
+    from engine.models.loading import LoadedModel
 
 
 @dataclass(frozen=True)
@@ -44,9 +44,11 @@ def knob(default: Any, help: str, **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class KnobField:
-    """One option field resolved: its (globally unique) name, Python type, default and Knob."""
+    """One option field resolved: its name, unique across drafters because the drafter's name qualifies it
+    (`eagle3_top_k`: EAGLE-3's `top_k`), its field in the options dataclass, Python type, default and Knob."""
 
     name: str
+    field: str
     kind: type
     default: Any
     knob: Knob
@@ -57,7 +59,7 @@ class KnobField:
 
     @property
     def label(self) -> str:
-        return self.knob.label or self.name.split("_", 1)[-1].replace("_", " ")
+        return self.knob.label or self.field.replace("_", " ")
 
     def check(self, value: Any) -> Any:
         """The value converted to this field's type, or a GlanceError that names the flag and the allowed values."""
@@ -85,13 +87,13 @@ def _num(x: float) -> str:
     return f"{x:g}"
 
 
-def knob_fields(options: type | None) -> list[KnobField]:
-    """The knob fields of an options dataclass, in declaration order."""
+def knob_fields(options: type | None, namespace: str) -> list[KnobField]:
+    """The knob fields of an options dataclass, in declaration order, named within the drafter `namespace`."""
     if options is None:
         return []
     hints = typing.get_type_hints(options)
     return [
-        KnobField(f.name, hints[f.name], f.default, f.metadata["knob"])
+        KnobField(f"{namespace}_{f.name}", f.name, hints[f.name], f.default, f.metadata["knob"])
         for f in dataclasses.fields(options)
         if "knob" in f.metadata
     ]
@@ -113,6 +115,15 @@ class PartSpec:
     compile_steps: int = 1  # progress reports its compile makes
 
 
+@dataclass(frozen=True)
+class BudgetTraits:
+    """What the draft budget (engine/budget) may do with a drafter: data the loop reads, not drafter methods."""
+
+    depth_cap: str = "always"  # where a cost-aware budget caps draft depth: "always", "batches" (two rows up), "never"
+    window: bool = False  # lookahead: a cost-aware budget sizes its window before a run and gates it at one row
+    hindsight_depth: int | None = None  # how deep a catch-up's guesses tell (None: a chain's, as deep as the run)
+
+
 @dataclass
 class BuildContext:
     """What a build function gets: the target, the loaded part (or None), the drafter's options and the sampling."""
@@ -130,12 +141,13 @@ class DrafterSpec:
     color: str  # the lane colour, "#rrggbb"
     summary: str  # one line: what drafts
     build: Callable[[BuildContext], Drafter]
-    options: type | None = None  # a dataclass of knob(...) fields; their names are unique across drafters
+    options: type | None = None  # a dataclass of knob(...) fields, named within this drafter (`<name>_<field>`)
     part: PartSpec | None = None
     in_default_race: bool = True  # ticked in the app's race on first launch
     explain: Callable[[Any], str] | None = None  # options -> one line on what they build (the app shows it)
     reference: str | None = None  # transformers' row in the benchmark that does what this drafter does, if any
+    budget: BudgetTraits = BudgetTraits()  # how a draft budget may shape its drafts
 
     @property
     def knobs(self) -> list[KnobField]:
-        return knob_fields(self.options)
+        return knob_fields(self.options, self.name)

@@ -16,14 +16,13 @@ from pathlib import Path
 
 import torch
 
-from engine.cache import cache_length, check_window, crop
-from engine.drafters.base import DecodeState, Drafter
+from engine.decoding.sampling import logits_to_probs, sample
+from engine.decoding.tree import Draft, additive_mask
+from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
-from engine.drafters.vanilla_batch import BatchedChains
-from engine.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
-from engine.models import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
-from engine.sampling import logits_to_probs, sample
-from engine.tree import Draft
+from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
+from engine.runtime.cache import cache_length, check_window, pack_columns
+from engine.runtime.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
 
 MAX_GAMMA = 16
 # By measurement on this CPU (bundled pair, bf16, 12 suite prompts x 48 tokens, greedy, 2 repeats interleaved; tau,
@@ -38,6 +37,13 @@ DRAFT_CONTEXT = 64
 
 
 class VanillaDrafter(Drafter):
+    """A draft model's chains for every row of a run, one draft-model forward per depth for all rows.
+
+    Rows feed different numbers of tokens (each catches up on what it has not seen: one token, or several after a
+    long acceptance), so the draft cache holds every row's entries at columns tracked per row; a forward's mask lets
+    a row see its own columns only, and before each draft the cache is packed so that row b's seen tokens sit at
+    columns 0..seen_b - 1. One row needs no mask: its columns are the cache."""
+
     name = "vanilla"
 
     def __init__(
@@ -56,69 +62,98 @@ class VanillaDrafter(Drafter):
         self.confidence = confidence
         self.model = draft_model
         self.initial_gamma = gamma
-        self.gamma = gamma
         self.adaptive = adaptive
         self.max_gamma = max(max_gamma, gamma)
         self.target_vocab = target_vocab
         self.device = next(draft_model.parameters()).device
-        self.cache = None
-        self.seen: list[int] = []  # the text's tokens up to where the draft cache reaches (`skipped` of them left out)
-        self.skipped = 0  # tokens of `seen` the cache holds no entry for (DRAFT_CONTEXT): later ones sit that far on
+        self.dtype = next(draft_model.parameters()).dtype
         self.context = DRAFT_CONTEXT
-        self.matches: list[bool] = []  # the latest catch-up's hindsight (see `hindsight`)
-        self.positions = 0  # the most positions a run may need (check_context), to size a static cache
+        self.positions = 0  # the most positions a run may need (check_context), to size the cache
+        self.reset(1)
 
-    def reset(self) -> None:
-        self.cache, self.seen, self.gamma, self.matches, self.skipped = None, [], self.initial_gamma, [], 0
+    def reset(self, rows: int) -> None:
+        super().reset(rows)
+        self.cache = None  # made by the first draft, once the run's positions are known
+        self.gamma = [self.initial_gamma] * rows
+        self.seen: list[list[int]] = [[] for _ in range(rows)]  # per row: the text up to where the cache reaches
+        self.skipped = [0] * rows  # per row: tokens of `seen` with no cache entry (DRAFT_CONTEXT): later ones sit on
+        self.cols: list[list[int]] = [[] for _ in range(rows)]  # per row: the cache columns of its seen tokens
 
-    def begin(self, state: DecodeState) -> None:
-        self.reset()
-        self.forward = forward_for(self.model)  # eager, or compiled when compile_model compiled the draft
-        self.cache = self.forward.new_cache(max(self.positions, len(state.tokens)) + self.max_gamma)
+    def begin(self, row: int, state: DecodeState) -> None:
+        self.gamma[row], self.seen[row], self.skipped[row], self.cols[row] = self.initial_gamma, [], 0, []
 
     def check_context(self, positions: int) -> None:
         check_window(self.model.config, positions + self.max_gamma, "the draft model")
         self.positions = positions
 
-    def _step(
-        self, new_tokens: list[int], greedy: bool, from_row: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Feed tokens the draft has not seen; return the logits [V] after the last one and, when `greedy`, the
-        argmax after each fed token from `from_row` on, or after the last only (None): [rows]. The argmax comes free
-        from a compiled graph (a pass over the logits otherwise, so not when sampling)."""
-        ids = torch.tensor([new_tokens], device=self.device)
-        last = len(new_tokens) - 1
-        rows = [last] if from_row is None else list(range(from_row, last + 1))
-        positions = None  # right after the cache's entries, unless some were left out: the text's positions
-        if self.skipped:
-            positions = torch.arange(len(self.seen), len(self.seen) + len(new_tokens), device=self.device)[None]
-        out = self.forward(ids, self.cache, positions=positions, logits_at=rows)  # the LM head on those rows only
-        self.seen.extend(new_tokens)
-        return out.logits[0, -1], greedy_ids(out)[0] if greedy else None
-
-    def rewind(self, tokens: list[int]) -> int:
-        """`seen` cut back to the longest prefix of the committed `tokens` it shares (at least one token is left to
-        feed); its length. The cache is the caller's to cut (`skipped` fewer entries). One row and a batch alike."""
-        keep, limit = 0, min(len(self.seen), len(tokens) - 1)
-        while keep < limit and self.seen[keep] == tokens[keep]:
+    def _rewind(self, b: int, tokens: list[int]) -> int:
+        """Row b's `seen` and columns cut back to the longest prefix of its committed `tokens` they share (at least
+        one token is left to feed); the length kept."""
+        seen = self.seen[b]
+        keep, limit = 0, min(len(seen), len(tokens) - 1)
+        while keep < limit and seen[keep] == tokens[keep]:
             keep += 1
-        self.seen = self.seen[:keep]
+        del seen[keep:]
+        self.cols[b] = self.cols[b][: keep - self.skipped[b]]
         return keep
 
-    def leave_out(self, tokens: list[int], keep: int) -> int:
-        """Where a catch-up of `tokens` from `keep` (the prefix the cache reaches) starts feeding: past its oldest
-        tokens beyond `context`, which join `seen` without entries (`skipped`). One row and a batch alike."""
+    def _leave_out(self, b: int, tokens: list[int], keep: int) -> int:
+        """Where row b's catch-up of `tokens` from `keep` starts feeding: past its oldest tokens beyond `context`,
+        which join `seen` without entries (`skipped`)."""
         gap = max(0, len(tokens) - keep - self.context)
-        self.seen += tokens[keep : keep + gap]
-        self.skipped += gap
+        self.seen[b] += tokens[keep : keep + gap]
+        self.skipped[b] += gap
         return keep + gap
 
-    def greedy_token(self, logits: torch.Tensor, best: torch.Tensor) -> int:
+    def _forward(self, feeds: list[list[int]], read: list[int], greedy: bool):
+        """Feed row b the tokens `feeds[b]` after its seen ones. Returns the logits [B, V] after each row's last fed
+        token (meaningless for a row fed nothing) and, when `greedy`, each row's argmax after its fed tokens from
+        `read[b]` on, as lists."""
+        B, S = len(feeds), max(1, max(map(len, feeds)))
+        width = cache_length(self.cache)
+        ids = torch.zeros(B, S, dtype=torch.long)
+        lasts = [max(len(f), 1) - 1 for f in feeds]
+        at = sorted({c for b in range(B) for c in range(min(read[b], lasts[b]), lasts[b] + 1)})  # LM-head rows
+        if B == 1 and self.cols[0] == list(range(width)):  # one row: causal after its cache, no mask
+            ids[0, : len(feeds[0])] = torch.tensor(feeds[0])
+            mask = positions = None
+            if self.skipped[0]:  # some of its text has no entries: the fed tokens keep their text positions
+                first = len(self.seen[0])
+                positions = torch.arange(first, first + len(feeds[0]))[None].to(self.device)
+        else:
+            visible = torch.zeros(B, S, width + S, dtype=torch.bool)
+            positions = torch.zeros(B, S, dtype=torch.long)
+            causal = torch.ones(S, S, dtype=torch.bool).tril()
+            for b, feed in enumerate(feeds):
+                n = len(feed)
+                if n:
+                    ids[b, :n] = torch.tensor(feed)
+                    visible[b, :n, width : width + n] = causal[:n, :n]
+                visible[b, :n, self.cols[b]] = True
+                visible[b, n:, width + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
+                first = len(self.seen[b])  # the text position of the first token fed
+                positions[b, :n] = torch.arange(first, first + n)
+                positions[b, n:] = first
+            mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
+            positions = positions.to(self.device)
+        for b, feed in enumerate(feeds):
+            self.cols[b] += range(width, width + len(feed))
+            self.seen[b].extend(feed)
+        out = self.forward(ids.to(self.device), self.cache, mask, positions, logits_at=at)
+        rows = torch.arange(B, device=out.logits.device)
+        last = torch.tensor([at.index(n) for n in lasts], device=out.logits.device)
+        best = greedy_ids(out).tolist() if greedy else None  # [B][len(at)]: every read row's argmax, one transfer
+        reads = (
+            [[row[at.index(c)] for c in range(read[b], lasts[b] + 1)] for b, row in enumerate(best)] if best else None
+        )
+        return out.logits[rows, last], reads  # [B, V]
+
+    def _greedy_token(self, logits: torch.Tensor, best: int) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
         target's first (what `_pad` does to the distribution)."""
         if self.target_vocab is not None and logits.shape[-1] > self.target_vocab:
             return int(logits[: self.target_vocab].float().argmax())
-        return int(best)
+        return best
 
     def _pad(self, probs: torch.Tensor) -> torch.Tensor:
         """Draft distribution over the target's vocabulary (a smaller draft vocabulary gets zero mass beyond it)."""
@@ -129,56 +164,72 @@ class VanillaDrafter(Drafter):
             return probs / probs.sum(-1, keepdim=True)
         return torch.nn.functional.pad(probs, (0, self.target_vocab - probs.shape[-1]))
 
-    @torch.no_grad()
-    def propose(self, state: DecodeState, max_tokens: int) -> Draft:
-        n = min(self.gamma, max_tokens)
-        if n < 1:
-            return Draft()
-        keep = self.rewind(state.tokens)
-        if cache_length(self.cache) > keep - self.skipped:  # (never into a gap: only drafted tokens roll back)
-            crop(self.cache, keep - self.skipped)
-        greedy = state.sampling.greedy
-        keep = self.leave_out(state.tokens, keep)
+    def _catch_up(self, b: int, state: DecodeState) -> tuple[list[int], int]:
+        """Row b's tokens to feed before it drafts, and the first of them whose guess is read: the one whose next
+        token is the first generated one, or the latest HINDSIGHT_ROWS' (hindsight, greedy only), else the last."""
+        keep = self._leave_out(b, state.tokens, self._rewind(b, state.tokens))
         fed = state.tokens[keep:]
-        # Catching up on tokens the target committed in plain steps: the draft's guess after each one before a
-        # generated token is what a greedy chain drafted there would have proposed (no draft ever guessed there).
-        # Compared with what the target chose, it tells the budget the acceptance it missed, for one transfer.
-        # the first fed row whose guess is checked: the one whose next token is the first generated one, or the
-        # latest `hindsight_rows`' (the LM head runs on each checked row)
-        first = max(0, state.prompt_len - 1 - keep, len(fed) - 1 - self.hindsight_rows)
-        hindsight = greedy and len(fed) - first > 1
-        logits, best = self._step(fed, greedy, first if hindsight else None)
-        if hindsight and (self.target_vocab is None or logits.shape[-1] <= self.target_vocab):
-            guesses = best.tolist()  # [len(fed) - first]: the last is this step's first draft token
-            self.matches = [g == t for g, t in zip(guesses, fed[first + 1 :])]
-        tokens, qs = [], []
-        for i in range(n):
-            if greedy:  # no distribution needed: greedy verification compares tokens
-                x = self.greedy_token(logits, best[-1])
-            else:
-                q = self._pad(logits_to_probs(logits, state.sampling))  # [V]
-                x = sample(q, state.generator)
-                qs.append(q)
-            tokens.append(x)
-            if self.confidence and float(torch.softmax(logits.float(), -1)[x]) < self.confidence:
-                break  # the draft doubts this token: verify what we have rather than draft on
-            if i + 1 < n:
-                logits, best = self._step([x], greedy)
-        q_probs = None if greedy else torch.stack(qs)  # [n, V]
-        return Draft.chain(tokens, q_probs)
+        read = max(0, state.prompt_len - 1 - keep, len(fed) - 1 - HINDSIGHT_ROWS)
+        return fed, read if state.sampling.greedy and len(fed) - read > 1 else len(fed) - 1
 
-    def update(self, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
+    @torch.no_grad()
+    def propose(self, states: list[DecodeState | None], max_tokens: list[int]) -> list[Draft]:
+        B = len(states)
+        want = [min(self.gamma[b], max_tokens[b]) if s is not None else 0 for b, s in enumerate(states)]
+        if not any(want):
+            return [Draft() for _ in states]
+        feeds: list[list[int]] = [[] for _ in range(B)]
+        read = [0] * B
+        for b in range(B):
+            if want[b]:
+                feeds[b], read[b] = self._catch_up(b, states[b])
+        if self.cache is None:
+            self.forward = forward_for(self.model)  # eager, or compiled when compile_model compiled the draft
+            longest = max(len(s.tokens) for s in states if s is not None)
+            self.cache = self.forward.new_cache(max(self.positions, longest) + self.max_gamma)
+        self.cols = pack_columns(self.cache, self.cols)  # each row's entries at columns 0..n_b - 1
+        tokens: list[list[int]] = [[] for _ in range(B)]
+        qs: list[list[torch.Tensor]] = [[] for _ in range(B)]
+        live = [w > 0 for w in want]
+        greedy = any(s is not None and s.sampling.greedy for s in states)
+        logits, reads = self._forward(feeds, read, greedy)  # [B, V]; per row its read rows' argmax
+        for b in range(B):
+            if reads and len(reads[b]) > 1 and (self.target_vocab is None or logits.shape[-1] <= self.target_vocab):
+                fed = feeds[b]  # a catch-up: the draft's guess after each fed token, against the target's next one
+                self.note_hindsight([g == t for g, t in zip(reads[b], fed[len(fed) - len(reads[b]) + 1 :])])
+        while True:
+            feeds = [[] for _ in range(B)]
+            for b in range(B):
+                if not live[b]:
+                    continue
+                sampling = states[b].sampling
+                if sampling.greedy:  # no distribution needed: greedy verification compares tokens
+                    x = self._greedy_token(logits[b], reads[b][-1])
+                else:
+                    q = self._pad(logits_to_probs(logits[b], sampling))  # [V]
+                    x = sample(q, states[b].generator)
+                    qs[b].append(q)
+                tokens[b].append(x)
+                doubt = self.confidence and float(torch.softmax(logits[b].float(), -1)[x]) < self.confidence
+                if doubt or len(tokens[b]) == want[b]:
+                    live[b] = False  # the draft doubts this token, or the chain is long enough
+                else:
+                    feeds[b] = [x]
+            if not any(live):
+                break
+            logits, reads = self._forward(feeds, [max(len(f), 1) - 1 for f in feeds], greedy)
+        return [
+            Draft.chain(t, None if states[b].sampling.greedy or not t else torch.stack(qs[b])) if t else Draft()
+            for b, t in enumerate(tokens)
+        ]
+
+    def update(self, row: int, state: DecodeState, draft: Draft, accepted: list[int]) -> None:
         if self.adaptive and len(draft):
             # transformers' heuristic schedule: +2 after a fully accepted draft, -1 otherwise
             if len(accepted) == len(draft):
-                self.gamma = min(self.max_gamma, self.gamma + 2)
+                self.gamma[row] = min(self.max_gamma, self.gamma[row] + 2)
             else:
-                self.gamma = max(1, self.gamma - 1)
-
-    @classmethod
-    def batch_drafting(cls, drafters: list[Drafter]) -> BatchedChains:
-        """One draft-model forward per depth for every row of a batch (engine/drafters/vanilla_batch.py)."""
-        return BatchedChains(drafters)
+                self.gamma[row] = max(1, self.gamma[row] - 1)
 
     def settings(self) -> dict:
         return {"gamma": self.initial_gamma, "adaptive": self.adaptive, "confidence": self.confidence}
@@ -186,17 +237,20 @@ class VanillaDrafter(Drafter):
 
 @dataclass
 class VanillaOptions:
-    gamma: int = knob(DEFAULT_GAMMA, "draft tokens per step", lo=1, hi=MAX_GAMMA)
+    gamma: int = knob(DEFAULT_GAMMA, "draft tokens per step", lo=1, hi=MAX_GAMMA, flag="--gamma")
     # Measured like gamma above: gamma 3 alone 1.30x; with a stop: gamma 4 at 0.3 1.34x, at 0.5 1.34x; gamma 6 at 0.3
     # 1.37x, at 0.5 1.30x; gamma 8 at 0.6 1.33x: within this machine's noise of each other, so it stays off.
-    draft_confidence: float = knob(
+    confidence: float = knob(
         0.0,
         "stop drafting when the draft's probability of its token falls below this (0 = never)",
         lo=0.0,
         hi=0.99,
         label="stop below p",
+        flag="--draft-confidence",
     )
-    adaptive: bool = knob(False, "adapt gamma (+2 after a fully accepted draft, -1 otherwise)", label="adaptive gamma")
+    adaptive: bool = knob(
+        False, "adapt gamma (+2 after a fully accepted draft, -1 otherwise)", label="adaptive gamma", flag="--adaptive"
+    )
 
 
 def load_draft(path: str, target: LoadedModel, access: dict) -> LoadedModel:
@@ -213,7 +267,7 @@ def build(ctx: BuildContext) -> VanillaDrafter:
         gamma=o.gamma,
         adaptive=o.adaptive,
         target_vocab=ctx.target.vocab_size,
-        confidence=o.draft_confidence,
+        confidence=o.confidence,
     )
 
 

@@ -17,8 +17,8 @@ import types
 import torch
 
 from engine.errors import reason
-from engine.forward import CompileReport, compile_function, compile_timed, compiles_frozen, warmed
 from engine.heads.readout import candidates, readouts, top_candidates
+from engine.runtime.forward import CompileReport, compile_function, compile_timed, compiles_frozen, warmed
 
 
 def _readout_function(heads: torch.nn.Module, k: int, log_probs: bool, first: bool):

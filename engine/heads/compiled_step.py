@@ -15,11 +15,11 @@ import types
 
 import torch
 
-from engine.cache import cache_length
 from engine.errors import reason
-from engine.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, compiles_frozen, warmed
 from engine.heads.readout import draft_step, draft_steps, run_draft_step
-from engine.packed import pack_linears, warm_products
+from engine.runtime.cache import cache_length
+from engine.runtime.forward import WARM_ROWS, CompileReport, compile_function, compile_timed, compiles_frozen, warmed
+from engine.runtime.packed import pack_linears, warm_products
 
 # Dynamo specializes a size of 0 or 1, so the graphs (warmed up over four cached entries) guard on a cache of at least
 # two: a cache of one entry (a prompt of three tokens, such as "import unittest") compiled a new graph inside a timed
@@ -44,9 +44,9 @@ class CompiledDraftStep:
     def __init__(self, head: torch.nn.Module) -> None:
         self.head = head
         frozen = compiles_frozen(head)
-        if frozen:  # one packed copy of its weights for all its graphs (engine/packed.py)
+        if frozen:  # one packed copy of its weights for all its graphs (engine/runtime/packed.py)
             pack_linears(head)
-        # one row: inductor's C++ kernel for every product, untimed (engine.forward.SMALL_GRAPH_PRODUCTS)
+        # one row: inductor's C++ kernel for every product, untimed (engine.runtime.forward.SMALL_GRAPH_PRODUCTS)
         self.one_row = compile_function(_step_function(head, "_row"), frozen, generated_products=True)
         self.rows = compile_function(_step_function(head, "_rows"), frozen)  # a batch's rows: products timed
         self.strict = False  # while warming up: a compile error propagates
@@ -89,7 +89,7 @@ class CompiledDraftStep:
                     run_draft_step(
                         head, *_inputs(feed, width, 0, p), cache, _causal(rows, 4, 0, p.dtype, p.device), k
                     )  # eager: the cache's first entries
-                    for new in (1, 3) if rows == 1 else (3,):  # batches feed at least two (eagle_batch.py)
+                    for new in (1, 3) if rows == 1 else (3,):  # batches feed at least two (engine/drafters/eagle.py)
                         past = cache_length(cache)
                         mask = (
                             None

@@ -38,7 +38,7 @@ WEIGHTS_BIN = "pytorch_model.bin"
 def _llama_config(cfg: dict):
     from transformers import LlamaConfig
 
-    from engine.attention_precision import register as register_glance_sdpa
+    from engine.runtime.attention_precision import register as register_glance_sdpa
 
     lc = LlamaConfig(
         hidden_size=cfg["hidden_size"],
@@ -51,7 +51,7 @@ def _llama_config(cfg: dict):
         max_position_embeddings=cfg.get("max_position_embeddings", 4096),
         vocab_size=cfg.get("vocab_size", 32000),
     )
-    lc._attn_implementation = register_glance_sdpa()  # sdpa, one row in float32 (engine/attention_precision.py)
+    lc._attn_implementation = register_glance_sdpa()  # sdpa, one row in float32 (engine/runtime/attention_precision.py)
     return lc
 
 
@@ -83,7 +83,8 @@ class EagleHead(nn.Module):
     @property
     def lm_head(self) -> nn.Module:
         """The target's LM head as it is now, not as it was when the head was built: compiling packs the target's
-        linears (engine/packed.py), and a head holding the old one read a second 8 MB copy of it every depth, which
+        linears (engine/runtime/packed.py), and a head holding the old one read a second 8 MB copy of it every depth,
+        which
         pushed the target's own weights out of the cache."""
         return self.target.get_output_embeddings()
 

@@ -24,11 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engine.attention_precision import sdpa
 from engine.errors import GlanceError
-from engine.features import default_feature_layers
 from engine.heads.checkpoint import config_errors
 from engine.heads.eagle import WEIGHTS_SAFE, read_state
+from engine.runtime.attention_precision import sdpa
+from engine.runtime.layer_features import default_feature_layers
 
 
 class RMSNorm(nn.Module):
@@ -106,7 +106,7 @@ class MLP(nn.Module):
 
 class KVCache:
     """The head's own keys and values [B, nkv, L, d]; `crop` drops draft entries after drafting, `gather_rows`
-    packs a batch's rows (engine/drafters/eagle_batch.py)."""
+    packs a batch's rows (engine/drafters/eagle.py)."""
 
     def __init__(self) -> None:
         self.k: torch.Tensor | None = None

@@ -96,7 +96,8 @@ class MedusaHeads(nn.ModuleList):
 
     @property
     def shared_lm_head(self) -> nn.Module | None:
-        """The target's LM head as it is now (compiling packs it, engine/packed.py: one copy in the cache, not two)."""
+        """The target's LM head as it is now (compiling packs it, engine/runtime/packed.py: one copy in the cache, not
+        two)."""
         return None if self.shares_with is None else self.shares_with.get_output_embeddings()
 
     @classmethod

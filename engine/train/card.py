@@ -315,7 +315,7 @@ def refresh_card(models: Path, sections: list[str]) -> str:
 
 def write_card(models: Path) -> str:
     """Measure the family in `models`, store evaluation.json beside training.json, and write README.md."""
-    from engine.system import cpu_name
+    from engine.runtime.machine import cpu_name
     from engine.train.evaluate import samples, speculative_acceptance, step_costs
     from engine.train.prompts import load_prompt_suite
 

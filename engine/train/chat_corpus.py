@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from engine.models import load_model
+from engine.models.loading import load_model
 
 TOPICS = [
     "rainbows",

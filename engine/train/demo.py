@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from engine.system import cpu_name
+from engine.runtime.machine import cpu_name
 from engine.train.corpus import read_text, stdlib_corpus
 from engine.train.lm import TrainConfig, heldout_loss, train_lm
 from engine.train.prompts import build_prompt_suite, write_prompt_suite

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from engine.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.errors import GlanceError
-from engine.models import save_tokenizer
+from engine.models.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
+from engine.models.loading import save_tokenizer
 from engine.train.heads import head_config, prepare, train_head
 from engine.train.precision import training_autocast
 
@@ -59,7 +59,7 @@ def cut_target(target, keep: int):
 def own_draft(path: str, target):
     """A draft model the user already has, in float32 with every weight trainable: it must share the target's
     vocabulary, since the loss compares the two distributions token by token."""
-    from engine.models import load_model
+    from engine.models.loading import load_model
 
     draft = load_model(path, device="cpu", dtype="float32").model
     want, got = target.config.vocab_size, draft.config.vocab_size

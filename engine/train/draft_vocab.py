@@ -33,7 +33,7 @@ def vocab_of_head(folder: str | Path, vocab: int) -> torch.Tensor:
 def counted_vocab(loaded, stream: torch.Tensor, size: int) -> torch.Tensor:
     """The `size` most frequent ids of the training `stream` plus the target's end-of-turn tokens, sorted: the draft
     vocabulary of a head trained on that text (`loaded`: the target and its tokenizer)."""
-    from engine.chat import stop_ids
+    from engine.models.chat import stop_ids
 
     target = loaded.model
     vocab = target.get_output_embeddings().weight.shape[0]

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 
-from engine.features import layer_inputs
+from engine.decoding.tree import additive_mask
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
+from engine.runtime.layer_features import layer_inputs
 from engine.train.heads import head_config, prepare, train_head
 from engine.train.precision import training_autocast
-from engine.tree import additive_mask
 
 STEP_DECAY = 0.8
 
@@ -121,7 +121,7 @@ def train_eagle3(
     """Train (or resume) an EAGLE-3 head for the target and save it in the published layout to `out`. `start_from`:
     a trained head's folder to go on training (its weights, feature layers and draft vocabulary; `draft_vocab` is
     then ignored)."""
-    from engine.chat import stop_ids
+    from engine.models.chat import stop_ids
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)

@@ -9,9 +9,9 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from engine.decoder import Decoder
-from engine.models import load_model
-from engine.stats import RunStats
+from engine.decoding.loop import Decoder
+from engine.models.loading import load_model
+from engine.records.stats import RunStats
 
 SAMPLE_PROMPTS = [  # no trailing newline: the model writes the line break and indentation as one token
     "def fibonacci(n):",
@@ -38,8 +38,8 @@ def step_latency(model: torch.nn.Module, context: int = 128, new: int = 1, repea
 
 def family_parts(target, models: Path, method: str) -> dict:
     """The parts `method` needs from a trained family's folder (draft/, medusa/, eagle/, eagle3/)."""
+    from engine.drafters.build import load_parts
     from engine.registry import parts
-    from engine.variants import load_parts
 
     return load_parts(target, [method], {p.key: str(models / p.key) for p in parts()})
 
@@ -54,11 +54,11 @@ def speculative_acceptance(
     medusa_tree: str | None = None,
 ) -> dict:
     """Greedy `method` vs plain decoding on every prompt: tau, acceptance, and whether outputs matched."""
-    from engine.variants import DrafterOptions, build_drafter
+    from engine.drafters.build import DrafterOptions, build_drafter
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
     parts = family_parts(target, models, method)
-    options = DrafterOptions(gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
+    options = DrafterOptions(vanilla_gamma=gamma, **({"medusa_tree": medusa_tree} if medusa_tree else {}))
     tok = target.tokenizer
     eos = tok.eos_token_id
     total = RunStats()
@@ -127,7 +127,7 @@ def compare_settings(
 ) -> dict:
     """tau, tokens/s and speedup of greedy `method` under each named DrafterOptions against plain decoding, same
     prompts, same process; used to pick defaults on this CPU (the numbers are written beside the defaults)."""
-    from engine.variants import build_drafter
+    from engine.drafters.build import build_drafter
 
     target = load_model(models / "target", device="cpu", dtype=dtype)
     parts = family_parts(target, models, method)

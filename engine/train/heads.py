@@ -17,8 +17,8 @@ from engine.train.precision import training_autocast
 
 def frozen_target(target_path: str):
     """The target on the CPU with gradients off, and its tokenizer: bfloat16 where the CPU multiplies it in hardware,
-    float32 elsewhere (the dtype rule of `engine.models.resolve_dtype`, so training sees what decoding will)."""
-    from engine.models import load_model
+    float32 elsewhere (the dtype rule of `engine.models.loading.resolve_dtype`, so training sees what decoding will)."""
+    from engine.models.loading import load_model
 
     loaded = load_model(target_path, device="cpu", dtype="auto")
     for p in loaded.model.parameters():

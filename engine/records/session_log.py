@@ -13,13 +13,13 @@ import platform
 import types
 import typing
 from collections.abc import Callable, Iterator
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, is_dataclass
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 
 from engine.errors import GlanceError
-from engine.events import RunSummary, StepEvent
-from engine.system import cpu_features, cpu_name
+from engine.records.events import DraftNotes, RunSummary, StepEvent
+from engine.runtime.machine import cpu_features, cpu_name
 
 FORMAT = "glance-session/1"
 
@@ -82,9 +82,13 @@ class SessionLogWriter:
             }
         )
 
-    def event(self, item: StepEvent | RunSummary) -> None:
+    def event(self, item: StepEvent | RunSummary, text: StepText | None = None) -> None:
+        """One step or summary line; a step's `text` (what the app showed) goes with it."""
         kind = "summary" if isinstance(item, RunSummary) else "step"
-        self._write({"type": kind, **item.to_dict()})
+        record = {"type": kind, **item.to_dict()}
+        if text is not None:
+            record["pieces"], record["rejected_pieces"] = text.pieces, text.rejected
+        self._write(record)
 
     def close(self) -> None:
         """Close the file; never raises (nothing is buffered, so nothing can be lost here)."""
@@ -101,9 +105,19 @@ class SessionLogWriter:
 
 
 @dataclass
+class StepText:
+    """A step's text as the app showed it: each emitted token's piece, and the rejected draft tokens' pieces."""
+
+    pieces: list[str]
+    rejected: list[str] = field(default_factory=list)
+
+
+@dataclass
 class SessionLog:
     header: dict
     steps: list[StepEvent] = field(default_factory=list)
+    texts: list[StepText | None] = field(default_factory=list)  # per step: its text, where the app logged it
+    offsets: list[int] = field(default_factory=list)  # per step: its line's byte offset (`read_target_top`)
     summaries: list[RunSummary] = field(default_factory=list)
     truncated: bool = False  # the file ended in a partial line (a crash mid-write)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line number, why) of lines that were not read
@@ -186,6 +200,38 @@ def _schema(cls) -> tuple[dict, dict]:
     return typing.get_type_hints(cls), {f.name: f for f in dataclass_fields(cls)}
 
 
+@functools.cache
+def _nested(hint):
+    """The dataclass a field's hint names (X or X | None), else None."""
+    for option in typing.get_args(hint) or (hint,):
+        if is_dataclass(option):
+            return option
+    return None
+
+
+def _step_record(rec: dict) -> tuple[dict, StepText | None]:
+    """A step line's event fields and its text; an older line's free `extra` dict becomes the typed notes."""
+    pieces, rejected = rec.pop("pieces", None), rec.pop("rejected_pieces", None)
+    extra = rec.pop("extra", None)
+    if isinstance(extra, dict):
+        pieces = extra.pop("pieces", pieces)
+        rejected = extra.pop("rejected_pieces", rejected)
+        extra.pop("log_offset", None)
+        if extra.pop("prefill", False):
+            rec.setdefault("prefill", True)
+        if "depth_cap" in extra:
+            rec.setdefault("budget", {"depth_cap": extra.pop("depth_cap"), "narrow": bool(extra.pop("narrow", False))})
+        if "target_token_in_draft_vocab" in extra:
+            extra["target_in_draft_vocab"] = extra.pop("target_token_in_draft_vocab")
+        names = {f.name for f in dataclass_fields(DraftNotes)}
+        rec.setdefault("notes", {k: v for k, v in extra.items() if k in names})
+    text = None
+    if isinstance(pieces, list) and all(isinstance(p, str) for p in pieces):
+        ok = isinstance(rejected, list) and all(isinstance(p, str) for p in rejected)
+        text = StepText(pieces, rejected if ok else [])
+    return rec, text
+
+
 def parse_record(cls, rec: dict):
     """A StepEvent or RunSummary from a log record, every field present and of its type; GlanceError naming the
     field otherwise."""
@@ -198,6 +244,9 @@ def parse_record(cls, rec: dict):
             if f.default is MISSING and f.default_factory is MISSING:
                 raise GlanceError(f"missing field {name!r}")
             continue
+        nested = _nested(hints[name])
+        if nested is not None and isinstance(rec[name], dict):  # a typed part of a record (an event's notes)
+            rec[name] = parse_record(nested, rec[name])
         if not _checker(hints[name])(rec[name]):
             raise GlanceError(f"field {name!r} is {type(rec[name]).__name__}, not {hints[name]}")
     return cls(**rec)
@@ -214,7 +263,7 @@ def read_session_logs(
     mistyped field are skipped and listed in their run's `skipped`; only a file that does not start with a header
     is refused. `progress(bytes read, file size)` is told every few thousand lines; `cancel()` true stops the read
     (GlanceError "reading cancelled"). Without `keep_top` steps come without their `target_top` (two thirds of a
-    large log's memory) and with `extra["log_offset"]`, the line to read it back from (`read_target_top`)."""
+    large log's memory); `offsets` has each step's line to read it back from (`read_target_top`)."""
     path = Path(path)
     if not path.exists():
         raise GlanceError(f"session log not found: {path}")
@@ -247,14 +296,19 @@ def read_session_logs(
                 log.skipped.append((number, f"unknown type {kind!r}"))
                 continue
             cls, into = kinds[kind]
-            if kind == "step" and not keep_top and isinstance(rec.get("target_top"), list):
-                rec["target_top"] = []
-                if isinstance(rec.get("extra"), dict):
-                    rec["extra"]["log_offset"] = at
+            text = None
+            if kind == "step":
+                rec, text = _step_record(rec)
+                if not keep_top and isinstance(rec.get("target_top"), list):
+                    rec["target_top"] = []
             try:
                 into.append(parse_record(cls, rec))
             except GlanceError as exc:
                 log.skipped.append((number, str(exc)))
+                continue
+            if kind == "step":
+                log.texts.append(text)
+                log.offsets.append(at)
         if not runs:
             raise GlanceError(f"{path} is empty or holds no complete line")
         fh.seek(0, os.SEEK_END)

@@ -6,6 +6,27 @@ from dataclasses import asdict, dataclass, field
 
 
 @dataclass
+class DraftNotes:
+    """What a drafter says about its draft besides the nodes: each field None where the drafter says nothing."""
+
+    rule: str | None = None  # Medusa: "typical" when typical acceptance (approximate) judged the draft
+    window: list[list[int]] | None = None  # lookahead: the Jacobi window's levels fed with this step
+    ngrams: list[list[int]] | None = None  # lookahead: the pooled n-grams this step verified
+    pool_size: int | None = None  # lookahead: n-grams in its pool
+    draft_ids: list[int] | None = None  # EAGLE-3: each node's id in the head's reduced vocabulary
+    draft_vocab: int | None = None  # EAGLE-3: the size of that vocabulary
+    target_in_draft_vocab: bool | None = None  # EAGLE-3: whether the target's own token was in it
+
+
+@dataclass
+class BudgetNote:
+    """What a cost-aware budget allowed a step: its depth cap (None: none) and whether only the greedy spine ran."""
+
+    depth_cap: int | None = None
+    narrow: bool = False
+
+
+@dataclass
 class StepEvent:
     """One verification step of one run (step 0 is the prefill, which emits the target's first token)."""
 
@@ -22,10 +43,12 @@ class StepEvent:
     verify_seconds: float
     clock: float  # seconds on this run's own clock, from the start of prefill to the end of this step
     new_tokens: int  # tokens emitted so far, this step included
-    extra: dict = field(default_factory=dict)
+    notes: DraftNotes = field(default_factory=DraftNotes)
+    budget: BudgetNote | None = None  # None: no cost-aware budget sized this step
     # per verified row (the pending token, then each node): the target's top tokens as [token, prob] pairs, filled
     # for the rows that emitted a token (the pending token's and the accepted path's), empty for the others
     target_top: list[list[list]] = field(default_factory=list)
+    prefill: bool = False  # step 0: the prompt's forward, which emits the target's first token
 
     @property
     def accepted_length(self) -> int:
@@ -38,7 +61,8 @@ class StepEvent:
 
 @dataclass
 class RunSummary:
-    """What a run produced and how it went (metrics as defined in docs/ARCHITECTURE.md, computed by engine/stats.py)."""
+    """What a run produced and how it went (metrics as defined in docs/ARCHITECTURE.md, computed by
+    engine/records/stats.py)."""
 
     run_id: str
     variant: str

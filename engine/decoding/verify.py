@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.sampling import SamplingConfig, logits_to_probs
-from engine.tree import Draft
+from engine.decoding.sampling import SamplingConfig, logits_to_probs
+from engine.decoding.tree import Draft
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.tree import node_depths
+from engine.decoding.tree import node_depths
 
 
 @dataclass

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine.errors import GlanceError
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class CatalogEntry:
     module: str  # its import name (never imported: only located)
     file: str  # the GGUF file inside the package
     about: str
-    parts: dict[str, Path] = field(default_factory=dict)  # drafter parts trained for it, bundled in resources/
+    parts: Path | None = None  # a folder of drafter parts trained for it (one per part key), bundled in resources/
 
 
 CATALOG: dict[str, CatalogEntry] = {
@@ -37,12 +37,7 @@ CATALOG: dict[str, CatalogEntry] = {
         file="SmolLM2-135M-Instruct.Q4_1.gguf",
         about="Hugging Face's SmolLM2-135M-Instruct (Llama architecture, 30 layers, Apache-2.0), Q4_1 GGUF "
         "dequantised to float32",
-        parts={
-            "medusa": RESOURCES / "models" / "smollm2" / "medusa",
-            "eagle": RESOURCES / "models" / "smollm2" / "eagle",
-            "eagle3": RESOURCES / "models" / "smollm2" / "eagle3",
-            "draft": RESOURCES / "models" / "smollm2" / "draft",
-        },
+        parts=RESOURCES / "models" / "smollm2",
     ),
 }
 
@@ -91,10 +86,10 @@ def part_folder(entry: CatalogEntry, key: str) -> Path | None:
     """The folder of the part `key` trained for an installed catalog model, or None. A distilled draft is bundled as
     its own layers only (it shares the target's embedding); the full model folder is built from them and the
     installed target once, under the Glance home."""
-    source = entry.parts.get(key)
-    if source is None or not source.exists():
+    source = entry.parts / key if entry.parts is not None else None
+    if source is None or not source.is_dir():
         return None
-    from engine.draft_layers import RECIPE_FILE, assemble_draft
+    from engine.models.draft_layers import RECIPE_FILE, assemble_draft
 
     if (source / RECIPE_FILE).exists():
         return assemble_draft(source, model_folder(entry), glance_home() / "models" / f"{entry.name}-{key}")

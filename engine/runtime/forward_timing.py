@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from engine.cache import crop
-from engine.forward import forward_for
+from engine.runtime.cache import crop
+from engine.runtime.forward import forward_for
 
 CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
 # Runs of each shape: the first forwards of a shape right after another graph ran read their weights from memory,

@@ -19,7 +19,7 @@ CAPACITY_STEP = 256  # capacities are rounded up to this, so that runs of simila
 # a compaction that moves more (paths longer than 16) is done at once, eager.
 MOVE_SLOTS = 16
 # Buffers hold this many entries past the capacity, never written: attention slices the keys to its window
-# (engine/attention_window.py), and a window as wide as the buffers would make the slice contiguous, which the
+# (engine/runtime/attention_window.py), and a window as wide as the buffers would make the slice contiguous, which the
 # compiled graph guards on (a second graph per size, compiled when a run first fills its cache).
 SPARE_SLOTS = 1
 
@@ -42,7 +42,7 @@ def round_capacity(positions: int) -> int:
 
 class StaticKVCache(StaticCache):
     """transformers' StaticCache with a host-side length and in-place edits (`edits_in_place` tells
-    engine/cache.py to call them)."""
+    engine/runtime/cache.py to call them)."""
 
     edits_in_place = True
     pinned = True  # buffers marked as static addresses (CUDA graphs); False when the graph freezes constants
@@ -173,7 +173,7 @@ class StaticKVCache(StaticCache):
 
     def move_row_entries(self, rows: list[int], src: list[int], dst: list[int], length: int) -> None:
         """Copy entry src[i] of row rows[i] to dst[i] in every layer (all sources read first), then keep `length`
-        entries: engine/cache.py's move_row_entries. Up to MOVE_SLOTS moves wait for the next compiled forward,
+        entries: engine/runtime/cache.py's move_row_entries. Up to MOVE_SLOTS moves wait for the next compiled forward,
         which does them in its graph (`move_inputs`); more are done now."""
         self.settle()
         if rows:
@@ -183,7 +183,7 @@ class StaticKVCache(StaticCache):
         self.set_length(length)
 
     def keep_batch_rows(self, rows: list[int]) -> None:
-        """Keep only the batch rows `rows` (ascending) in new buffers: engine/cache.py's keep_batch_rows."""
+        """Keep only the batch rows `rows` (ascending) in new buffers: engine/runtime/cache.py's keep_batch_rows."""
         self.settle()
         live = self._live()
         if not live:
@@ -199,7 +199,7 @@ class StaticKVCache(StaticCache):
 
     def write_rows(self, source: StaticKVCache, rows: list[int], source_rows: list[int]) -> None:
         """Write row source_rows[i] of `source` (its first `source.length` entries) into row rows[i], adding rows
-        past the batch's end: engine/cache.py's write_rows. The length becomes the longer of the two."""
+        past the batch's end: engine/runtime/cache.py's write_rows. The length becomes the longer of the two."""
         self.settle()
         source.settle()
         length = source.length

@@ -1,6 +1,6 @@
 """Lookahead's budget under `--draft-budget auto`: each step either runs the window (and verifies the pooled n-grams
 of the pending token) or decodes plain, whichever has given more tokens per second in this run. No depth cap fits
-lookahead: its cost is the window's width, which `NgramDrafter.fit_batch` sizes before the run, and its gain is how
+lookahead: its cost is the window's width, which `LookaheadDrafter.fit_window` sizes before the run, and its gain is how
 often the pool holds the target's continuation, which only the run itself tells. On SmolLM2-135M's chat prompts
 (bf16 EPYC) the window of 1/3/1 verified five tokens a step at 1.13 plain steps' cost for 1.02-1.06 tokens on four of
 six prompts (0.92-0.93x of plain decoding) and 1.57 on a maths prompt (1.30x): a fixed window loses where the text
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from engine.budget import FADE, FullBudget, _median, monotone_ratios
-from engine.tree import Draft
+from engine.budget.cost_aware import FADE, FullBudget, _median, monotone_ratios
+from engine.decoding.tree import Draft
 
 KEEP = 8  # steady steps of each kind whose median prices it
 PROBE_STEPS = 6  # a probe from plain steps runs the window this many steps before re-rating

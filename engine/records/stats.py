@@ -4,7 +4,7 @@ the decoder's run summary, the app's lane headers and charts, the benchmark suit
 - tau (mean accepted length): tokens emitted per verification step, the target's own token included; the prefill's
   token is not counted.
 - acceptance: accepted draft tokens / proposed draft depth (the deepest node of each step's draft).
-- acceptance by depth d: P(accept at depth d | the step reached depth d - 1) (engine/metrics.py).
+- acceptance by depth d: P(accept at depth d | the step reached depth d - 1) (engine/records/metrics.py).
 - throughput: new tokens / seconds from the start of prefill to the end of the last step.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.events import StepEvent
-from engine.metrics import DepthAcceptance
-from engine.tree import is_chain, node_depths
+from engine.decoding.tree import is_chain, node_depths
+from engine.records.events import StepEvent
+from engine.records.metrics import DepthAcceptance
 
 
 @dataclass
@@ -52,11 +52,11 @@ class RunStats:
             self.draft_seconds += ev.draft_seconds
             self.verify_seconds += ev.verify_seconds
             self.chain = self.chain and is_chain(ev.draft_parents)
-            side = sum(map(len, ev.extra.get("window", [])))
+            side = sum(map(len, ev.notes.window or []))
             self.verify_tokens += 1 + len(ev.draft_tokens) + side
-        if "pool_size" in ev.extra:
-            self.pool_size = ev.extra["pool_size"]
-            if ev.extra.get("ngrams"):
+        if ev.notes.pool_size is not None:
+            self.pool_size = ev.notes.pool_size
+            if ev.notes.ngrams:
                 self.guess_steps += 1
                 self.hit_steps += bool(ev.accepted_nodes)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from engine.decoder import CancelCheck, Decoder
-from engine.events import RunSummary, StepEvent
+from engine.decoding.loop import CancelCheck, Decoder
+from engine.records.events import RunSummary, StepEvent
 
 
 @dataclass
@@ -25,10 +25,10 @@ def race(
     """Yield (lane name, event) until every lane has yielded its RunSummary."""
     if not interleaved:
         for lane in lanes:
-            for item in lane.decoder.stream(prompt_ids, cancel):
+            for item in lane.decoder.run(prompt_ids, cancel):
                 yield lane.name, item
         return
-    streams = {lane.name: lane.decoder.stream(prompt_ids, cancel) for lane in lanes}
+    streams = {lane.name: lane.decoder.run(prompt_ids, cancel) for lane in lanes}
     while streams:
         for name in list(streams):
             item = next(streams[name])

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from engine.records.events import DraftNotes
+
 
 @dataclass
 class Draft:
@@ -26,7 +28,7 @@ class Draft:
     parents: list[int] = field(default_factory=list)
     # Draft distribution each node was sampled from, [n, V], only when tokens were sampled (Leviathan's rule applies).
     q_probs: torch.Tensor | None = None
-    meta: dict = field(default_factory=dict)  # what the drafter wants shown (the step event's `extra`)
+    notes: DraftNotes = field(default_factory=DraftNotes)  # what the drafter wants shown (the step event's)
     # Medusa's typical acceptance (epsilon, alpha): an approximate rule, used only when set.
     typical: tuple[float, float] | None = None
     # Side branch: tokens, positions relative to the root, and which side tokens each may see ([m, m] bool);
@@ -85,7 +87,7 @@ class Draft:
             return self
         q = self.q_probs[keep] if self.q_probs is not None else None  # [d, V]
         return Draft(
-            [self.tokens[i] for i in keep], list(range(-1, len(keep) - 1)), q, self.meta, self.typical,
+            [self.tokens[i] for i in keep], list(range(-1, len(keep) - 1)), q, self.notes, self.typical,
             self.side_tokens, self.side_offsets, self.side_visible,
         )  # fmt: skip
 

@@ -1,13 +1,15 @@
 """One oneDNN-packed copy of a model's linear weights, shared by every graph of the model and by its eager prefill
 (CPU, bfloat16 or float16).
 
-Why: freezing (engine/forward.py) made inductor pack the weights into each compiled graph, so a model compiled for one
+Why: freezing (engine/runtime/forward.py) made inductor pack the weights into each compiled graph, so a model compiled
+for one
 token and for several held two packed copies, and the eager prefill read a third. A drafted step between plain ones
 read the other copy, evicted the one-token graph's from the cache, and the plain steps after it ran slow for 10-20
 steps (measured on the bundled target: 5.7 ms right after a drafted step, 4.6 ms twenty steps later). Packed here once,
 every graph and the prefill read the same tensors. Projections of one input (q/k/v, gate/up) become one product, as
 inductor's concat_linear made them: each oneDNN call costs tens of microseconds on top of its arithmetic.
-Since graphs time each product against inductor's own C++ kernel (engine.forward.inductor_options), a product that
+Since graphs time each product against inductor's own C++ kernel (engine.runtime.forward.inductor_options), a product
+that
 kernel wins holds its own re-blocked weights per graph; the packed copy still serves the prefill and the rest.
 """
 

@@ -1,6 +1,6 @@
-"""One decoding step's commit logic, shared by the single-prompt `Decoder` and the `BatchDecoder`: the first token
-after prefill, verification of a draft against the target's rows, the cut at EOS or the token budget, and the rows
-of the verifying forward that predicted each emitted token (what Medusa and EAGLE read their next features from)."""
+"""One decoding step's commit logic for one row: the first token after prefill, verification of a draft against the
+target's rows, the cut at EOS or the token budget, and the rows of the verifying forward that predicted each emitted
+token (what Medusa and EAGLE read their next features from)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.events import StepEvent
-from engine.sampling import SamplingConfig, logits_to_probs, sample
-from engine.tree import Draft
-from engine.verify import verify
+from engine.decoding.sampling import SamplingConfig, logits_to_probs, sample
+from engine.decoding.tree import Draft
+from engine.decoding.verify import verify
+from engine.records.events import StepEvent
 
 
 @dataclass
@@ -103,7 +103,7 @@ def step_event(
         verify_seconds=verify_seconds,
         clock=clock,
         new_tokens=new_tokens,
-        extra=dict(draft.meta),
+        notes=draft.notes,
         target_top=target_top or [],
     )
 
@@ -126,6 +126,6 @@ def prefill_event(
         verify_seconds=seconds,
         clock=seconds,
         new_tokens=1,
-        extra={"prefill": True},
+        prefill=True,
         target_top=target_top or [],
     )

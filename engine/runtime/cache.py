@@ -2,7 +2,8 @@
 
 `crop` rolls a chain back; `keep_positions` compacts a tree-verified cache down to the accepted path. Both act on
 each layer's key/value tensors `[B, H, S, D]` along S. Caches whose layers cannot be edited this way (sliding
-windows, linear attention, quantized caches) raise a GlanceError; Glance's own static cache (engine/static_cache.py,
+windows, linear attention, quantized caches) raise a GlanceError; Glance's own static cache
+(engine/runtime/static_cache.py,
 the compiled forward's) edits itself in place.
 """
 
@@ -81,7 +82,7 @@ def cache_length(cache) -> int:
 
 def crop(cache, length: int) -> None:
     """Keep the first `length` positions of every layer (chain rollback)."""
-    if getattr(cache, "edits_in_place", False):  # a static cache (engine/static_cache.py) edits itself
+    if getattr(cache, "edits_in_place", False):  # a static cache (engine/runtime/static_cache.py) edits itself
         cache.crop(length)
         return
     for layer in _editable_layers(cache):
@@ -205,7 +206,9 @@ def pack_columns(cache, cols: list[list[int]]) -> list[list[int]]:
     """A batched cache whose row b holds its entries at columns cols[b] (in order), packed so that they sit at
     0..len(cols[b]) - 1; returns the new columns. Nothing moves when they already do."""
     longest = max(map(len, cols))
-    if cache_length(cache) == longest and all(c == list(range(len(c))) for c in cols):
+    if all(c == list(range(len(c))) for c in cols):  # in place already: what lies past the longest goes
+        if cache_length(cache) > longest:
+            crop(cache, longest) if hasattr(cache, "layers") else cache.crop(longest)  # (EAGLE-3's own cache)
         return cols
     gather_rows(cache, torch.tensor([c + [0] * (longest - len(c)) for c in cols]))  # [B, longest]
     return [list(range(len(c))) for c in cols]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from engine.session_log import SessionLog
+from engine.records.session_log import SessionLog
 
 STEP_COLUMNS = [
     "run_id",
@@ -74,10 +74,9 @@ def _lane_order(variants) -> list[str]:
 def lane_texts(log: SessionLog) -> dict[str, str]:
     """Each lane's output text from the decoded pieces the app stores in its events ({} for CLI logs)."""
     texts: dict[str, str] = {}
-    for e in log.steps:
-        pieces = e.extra.get("pieces")
-        if pieces:
-            texts[e.variant] = texts.get(e.variant, "") + "".join(pieces)
+    for e, text in zip(log.steps, log.texts):
+        if text is not None:
+            texts[e.variant] = texts.get(e.variant, "") + "".join(text.pieces)
     return texts
 
 

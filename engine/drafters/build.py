@@ -7,13 +7,13 @@ from typing import Any
 
 import torch
 
+from engine.decoding.sampling import SamplingConfig
 from engine.drafters.base import Drafter
 from engine.drafters.spec import BuildContext
 from engine.drafters.vanilla import DEFAULT_GAMMA
 from engine.errors import Cancelled, GlanceError
-from engine.models import LoadedModel
+from engine.models.loading import LoadedModel
 from engine.registry import DRAFTERS, METHODS, knobs, parts, spec
-from engine.sampling import SamplingConfig
 
 __all__ = ["DEFAULT_GAMMA", "METHODS", "NEEDS", "DrafterOptions", "build_drafter", "load_parts", "parts_needed"]
 
@@ -21,8 +21,9 @@ NEEDS: dict[str, str] = {s.name: s.part.key for s in DRAFTERS if s.part is not N
 
 
 class DrafterOptions:
-    """Every drafter's options, built from their flat names (`DrafterOptions(gamma=2, eagle_top_k=8)`); each value is
-    checked against its knob's type and range, so a bad value fails here with the flag's name."""
+    """Every drafter's options, built from their qualified names (`DrafterOptions(vanilla_gamma=2, eagle_top_k=8)`:
+    the drafter's name, then its field); each value is checked against its knob's type and range, so a bad value
+    fails here with the flag's name."""
 
     def __init__(self, **values: Any) -> None:
         fields = {k.name: (s, k) for s, k in knobs()}
@@ -33,23 +34,25 @@ class DrafterOptions:
         for s in DRAFTERS:
             if s.options is None:
                 continue
-            given = {k.name: k.check(values[k.name]) for k in s.knobs if k.name in values}
+            given = {k.field: k.check(values[k.name]) for k in s.knobs if k.name in values}
             self.by_method[s.name] = s.options(**given)
 
     def for_method(self, method: str) -> Any:
         return self.by_method.get(method)
 
     def flat(self) -> dict[str, Any]:
-        """Every option by its flat name, for logs, settings and reports."""
+        """Every option by its qualified name, for logs, settings and reports."""
         out: dict[str, Any] = {}
-        for opts in self.by_method.values():
-            out |= dataclasses.asdict(opts)
+        for method, opts in self.by_method.items():
+            out |= {f"{method}_{k}": v for k, v in dataclasses.asdict(opts).items()}
         return out
 
     def __getattr__(self, name: str) -> Any:
-        for opts in self.__dict__.get("by_method", {}).values():
-            if hasattr(opts, name):
-                return getattr(opts, name)
+        """An option by its qualified name (`options.eagle_top_k`)."""
+        for method, opts in self.__dict__.get("by_method", {}).items():
+            field = name.removeprefix(f"{method}_")
+            if field != name and hasattr(opts, field):
+                return getattr(opts, field)
         raise AttributeError(name)
 
     def __repr__(self) -> str:

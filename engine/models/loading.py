@@ -13,15 +13,13 @@ from pathlib import Path
 import torch
 
 from engine.errors import GlanceError, reason
-from engine.gguf_once import one_reader_per_file
-from engine.system import native_bfloat16
+from engine.models.gguf_header import one_reader_per_file
+from engine.runtime.machine import native_bfloat16
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+RESOURCES = Path(__file__).resolve().parents[2] / "resources"
 BUNDLED_TARGET = RESOURCES / "models" / "target"
 BUNDLED_DRAFT = RESOURCES / "models" / "draft"
-BUNDLED_MEDUSA = RESOURCES / "models" / "medusa"
-BUNDLED_EAGLE = RESOURCES / "models" / "eagle"
-BUNDLED_EAGLE3 = RESOURCES / "models" / "eagle3"
+BUNDLED = RESOURCES / "models"  # the bundled family: the target, and each drafter part under its part key
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -71,7 +69,8 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """auto: bfloat16 on CUDA and on a CPU with bfloat16 matrix instructions (about twice float32's speed there),
-    float32 on a CPU without (bfloat16 is emulated there and slower: engine/system.py), float16 on MPS. float32 is
+    float32 on a CPU without (bfloat16 is emulated there and slower: engine/runtime/machine.py), float16 on MPS.
+    float32 is
     the one for exact comparisons."""
     if dtype == "auto":
         if device.type == "mps":
@@ -143,7 +142,7 @@ def load_model(
     local = _looks_local(name)
     kwargs = {"local_files_only": not allow_download, "trust_remote_code": trust_remote_code}
     if not local:
-        from engine.catalog import resolve
+        from engine.models.catalog import resolve
 
         folder = resolve(name)  # an installed catalog model by name ("SmolLM2-135M-Instruct", "smollm2")
         if folder is not None:
@@ -194,10 +193,11 @@ def load_model(
 
 def _ready(model, tokenizer, name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
     """A loaded model on its device in eval mode, attending through Glance's attention (one query row in bf16 on a
-    CPU in float32, engine/attention_precision.py; never through cuDNN on CUDA, engine/attention_backend.py): the last
+    CPU in float32, engine/runtime/attention_precision.py; never through cuDNN on CUDA,
+    engine/runtime/attention_backend.py): the last
     step of every way a model is loaded."""
-    from engine.attention_backend import avoid_cudnn_attention
-    from engine.attention_precision import use_glance_sdpa
+    from engine.runtime.attention_backend import avoid_cudnn_attention
+    from engine.runtime.attention_precision import use_glance_sdpa
 
     model.to(dev).eval()
     use_glance_sdpa(model)

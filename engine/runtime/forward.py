@@ -7,7 +7,8 @@ forward for it; every later `forward_for` of that model gets it. When compiling 
 reason comes back as one line.
 
 The compiled forward runs over a `StaticKVCache`: the mask covers a window of it (its entries and the new ones,
-rounded up; engine/attention_window.py), entries past the length masked, and attention reads the keys in the window
+rounded up; engine/runtime/attention_window.py), entries past the length masked, and attention reads the keys in the
+window
 only. The sequence, window and batch dimensions are symbolic (`dynamic=True`), so a few graphs serve every draft or
 tree size without padding: one for a single new token, symbolic ones for several (SMALL_TOKENS, SEVERAL_TOKENS; one
 for batches), and graphs of their own for one row's two tokens and two rows' two (STATIC_TOKENS, PAIR_ROWS).
@@ -30,12 +31,12 @@ from typing import TypeVar
 
 import torch
 
-from engine.attention_window import unwrap_attention, window, wrap_attention
-from engine.cache import cache_length, new_cache
 from engine.errors import Cancelled, reason
-from engine.features import layer_inputs
-from engine.packed import pack_linears, warm_products
-from engine.static_cache import StaticKVCache, apply_moves
+from engine.runtime.attention_window import unwrap_attention, window, wrap_attention
+from engine.runtime.cache import cache_length, new_cache
+from engine.runtime.layer_features import layer_inputs
+from engine.runtime.packed import pack_linears, warm_products
+from engine.runtime.static_cache import StaticKVCache, apply_moves
 
 Progress = Callable[[int, int, str], None]
 T = TypeVar("T")
@@ -58,7 +59,7 @@ PAIR_ROWS = 2
 # three tokens a row at three, faster from four on (lookahead's windows, trees).
 BATCH_TRACE_TOKENS = 8
 SEVERAL_TOKENS = 16
-# New tokens per forward whose packed products are warmed at load (engine/packed.py: warm_products): a verify of
+# New tokens per forward whose packed products are warmed at load (engine/runtime/packed.py: warm_products): a verify of
 # the largest default trees and lookahead's window (up to 33 tokens), a draft model's or head's catch-up after plain
 # steps. Larger ones build their primitives when first seen.
 WARM_ROWS = 40
@@ -94,7 +95,7 @@ def _pick_logits(out, logits_at: list[int] | None, S: int) -> None:
 
 
 class ModelForward:
-    """The eager forward over transformers' DynamicCache, which engine/cache.py crops and compacts."""
+    """The eager forward over transformers' DynamicCache, which engine/runtime/cache.py crops and compacts."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
@@ -257,7 +258,8 @@ class CompiledForward(torch.nn.Module):
         self.__dict__["model"] = model  # not a submodule: the model stays the caller's
         self.frozen = compile and compiles_frozen(model)
         if self.frozen:
-            # One packed copy of the weights for every graph and the eager prefill (engine/packed.py): with a copy
+            # One packed copy of the weights for every graph and the eager prefill (engine/runtime/packed.py): with a
+            # copy
             # per graph, a drafted step evicted the one-token graph's and the plain steps after it ran slow.
             pack_linears(model)
         # Masks span the live entries (rounded up), not the capacity, and attention reads only those keys (engine/

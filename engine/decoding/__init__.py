@@ -1,0 +1,1 @@
+"""The speculative loop: propose, verify, commit, for B rows at once."""

@@ -1,0 +1,1 @@
+"""Loading models: Hugging Face folders and hub ids, GGUF files, the catalog, chat templates."""

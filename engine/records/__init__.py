@@ -1,0 +1,1 @@
+"""What a run leaves: events, statistics, session logs and the tables made from them."""

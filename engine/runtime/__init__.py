@@ -1,0 +1,1 @@
+"""How the target runs: compiled forwards, KV caches, attention, packed weights, timing."""
