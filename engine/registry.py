@@ -3,18 +3,23 @@ here (docs/ARCHITECTURE.md, "Add a drafter"); the CLI, the app, logs and benchma
 
 from __future__ import annotations
 
-from engine.drafters import autoregressive, eagle, eagle3, lookahead, medusa, prompt_lookup, vanilla
+import importlib
+
 from engine.drafters.spec import BudgetTraits, DrafterSpec, KnobField, PartSpec
 from engine.errors import GlanceError
 
-DRAFTERS: tuple[DrafterSpec, ...] = (
-    autoregressive.SPEC,
-    vanilla.SPEC,
-    medusa.SPEC,
-    eagle.SPEC,
-    eagle3.SPEC,
-    lookahead.SPEC,
-    prompt_lookup.SPEC,
+# the modules under engine/drafters/, in lane order: each defines its SPEC
+DRAFTERS: tuple[DrafterSpec, ...] = tuple(
+    importlib.import_module(f"engine.drafters.{module}").SPEC
+    for module in (
+        "autoregressive",
+        "vanilla",
+        "medusa",
+        "eagle",
+        "eagle3",
+        "lookahead",
+        "prompt_lookup",
+    )
 )
 
 BY_NAME: dict[str, DrafterSpec] = {s.name: s for s in DRAFTERS}

@@ -172,3 +172,34 @@ def test_top_tokens_can_stay_on_disk_and_come_back_on_demand(tmp_path):
     for a, at in zip(full.steps, light.offsets):
         assert read_target_top(path, at) == a.target_top and a.target_top
     assert read_target_top(path, 0) == [] and read_target_top(tmp_path / "gone.jsonl", 0) == []  # the header; no file
+
+
+def test_typed_notes_and_the_apps_text_round_trip_and_older_logs_still_read(tmp_path):
+    """A step's notes, budget and the app's text survive a round trip; a log written before events were typed (the
+    notes, the budget's cap and the app's text pieces in one free `extra` dict) reads into the same typed fields."""
+    from engine.records.events import BudgetNote, DraftNotes
+    from engine.records.session_log import StepText
+
+    items = list(Decoder(tiny_model("llama"), max_new_tokens=4).run([1, 2, 3]))
+    step = items[1]
+    step.notes = DraftNotes(window=[[4, 5]], ngrams=[[3, 9]], pool_size=7, draft_ids=[2], target_in_draft_vocab=False)
+    step.budget = BudgetNote(2, True)
+    path = tmp_path / "typed.jsonl"
+    with SessionLogWriter(path) as log:
+        log.header({}, "cpu", {})
+        log.event(items[0], StepText(["a"]))
+        log.event(step, StepText(["b", "c"], ["x"]))
+    back = read_session_log(path)
+    assert back.steps[1].notes == step.notes and back.steps[1].budget == step.budget and back.steps[0].prefill
+    assert back.texts == [StepText(["a"], []), StepText(["b", "c"], ["x"])]
+    legacy = step.to_dict() | {"type": "step"}
+    del legacy["notes"], legacy["budget"], legacy["prefill"]
+    legacy["extra"] = {
+        "window": [[4, 5]], "ngrams": [[3, 9]], "pool_size": 7, "draft_ids": [2], "target_token_in_draft_vocab": False,
+        "depth_cap": 2, "narrow": True, "pieces": ["b", "c"], "rejected_pieces": ["x"], "log_offset": 99,
+    }  # fmt: skip
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"type": "header"}) + "\n" + json.dumps(legacy) + "\n")
+    read = read_session_log(old)
+    assert not read.skipped and read.steps[0].notes == step.notes and read.steps[0].budget == step.budget
+    assert read.texts == [StepText(["b", "c"], ["x"])] and read.offsets[0] > 0
