@@ -406,10 +406,10 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     assert settings["batching"] == "continuous" and settings["draft_budget"] == "auto"
     assert "waiting prompts take them" in tab.table.toPlainText()
     sweep = tab.results["sweep"]
-    assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead"}
+    assert sweep["batch_sizes"] == [1, 2] and set(sweep["methods"]) == {"ar", "vanilla", "lookahead", "suffix"}
     assert "batch" in tab.table.toPlainText() and "tok/s (speedup, τ)" in tab.table.toPlainText()
     # per drafting method a measured curve and the cost model's dashed prediction; the lesson under the table
-    assert len(tab.plot.getPlotItem().listDataItems()) == 4
+    assert len(tab.plot.getPlotItem().listDataItems()) == 6
     assert "Speedup = tokens per row-step x rows in use / (draft + verify time)" in tab.table.toPlainText()
     assert tab.progress.value() == tab.progress.maximum() > 0
     names = {p.name for p in tab.export_to(tmp_path / "sweep")}
@@ -422,7 +422,7 @@ def test_benchmark_tab_runs_the_sweep_and_the_suite(qtbot, tiny_window, tmp_path
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     assert tab.results["settings"]["temperature"] == 0.0 and tab.results["settings"]["draft_budget"] == "auto"
     methods = tab.results["suite"]["methods"]
-    assert {"ar", "vanilla", "lookahead", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
+    assert {"ar", "vanilla", "lookahead", "suffix", "hf_generate", "hf_assisted", "hf_prompt_lookup"} == set(methods)
     assert all(m["lossless"] for m in methods.values())
     # whiskers from each method's lowest to highest speedup per prompt (plain decoding has none)
     whiskers = [i for i in tab.plot.getPlotItem().items if isinstance(i, pg.ErrorBarItem)]

@@ -20,6 +20,7 @@ from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from tests.conftest import tiny_model
 from tests.test_eagle import trained_head
@@ -33,7 +34,7 @@ NEW = 4
 SAMPLES = 500
 CFG = SamplingConfig(temperature=0.7, top_p=0.9)
 ENDED = -1
-NGRAM = ("lookahead", "prompt_lookup")
+NGRAM = ("lookahead", "prompt_lookup", "suffix")
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +84,7 @@ def drafters(target):
         "eagle3": lambda: Eagle3Drafter(trained_eagle3_head(target, draft_vocab=8), top_k=4, depth=3, total_tokens=8),
         "lookahead": lambda: LookaheadDrafter(window=3, ngram=3, guesses=3),  # verifies from the second step on
         "prompt_lookup": lambda: PromptLookupDrafter(max_ngram=2, tokens=3),
+        "suffix": lambda: SuffixDrafter(tokens=6, factor=2.0, min_prob=0.0),
     }
 
 
@@ -97,7 +99,7 @@ def pvalue(counts: Counter, expected: dict[int, float], n: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["vanilla", "medusa", "eagle", "eagle3", "lookahead", "prompt_lookup"])
+@pytest.mark.parametrize("method", ["vanilla", "medusa", "eagle", "eagle3", "lookahead", "prompt_lookup", "suffix"])
 def test_the_first_four_sampled_tokens_are_exact(target, eos, method):
     drafter = drafters(target)[method]()
     counts = [Counter() for _ in range(NEW)]
@@ -122,7 +124,7 @@ def test_the_first_four_sampled_tokens_are_exact(target, eos, method):
     # four tokens: prompt lookup took the second path at least once; lookahead, whose pool holds Jacobi guesses only
     # from its second step on, verified n-grams (tests/test_lookahead.py shows it accepting several under sampling)
     assert capped > 10 and drafted > 50, (capped, drafted)
-    if method == "prompt_lookup":
+    if method in ("prompt_lookup", "suffix"):
         assert multi >= 1, multi
     elif method not in NGRAM:
         assert multi > 10 and eos_from_draft > 0, (multi, eos_from_draft)
