@@ -76,7 +76,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     closing(win)
     assert win.models is not None and win.models["draft"] is not None, win.banner.text()
     run_race(qtbot, win)
-    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead"}
+    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead", "suffix"}
     for name, lane in win.lanes.items():
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()
