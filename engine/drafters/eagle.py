@@ -179,7 +179,7 @@ class EagleDrafter(Drafter):
             ids[b, :n] = tokens
             feats[b, :n] = f.to(self.dtype)
             positions[b, :n] = pos
-            plain = plain and ancestors is None and n == 1 and self.cols[b] == list(range(width))
+            plain = plain and ancestors is None and n == 1 and len(self.cols[b]) == width
             columns = None if ancestors is None else [[self.drafted[b][s] for s in slots] for slots in ancestors]
             runs[b] = (self.cols[b], n, columns)
         device = self.device

@@ -111,42 +111,46 @@ class VanillaDrafter(Drafter):
         `read[b]` on, as lists."""
         B, S = len(feeds), max(1, max(map(len, feeds)))
         width = cache_length(self.cache)
-        ids = torch.zeros(B, S, dtype=torch.long)
         lasts = [max(len(f), 1) - 1 for f in feeds]
         at = sorted({c for b in range(B) for c in range(min(read[b], lasts[b]), lasts[b] + 1)})  # LM-head rows
-        if B == 1 and self.cols[0] == list(range(width)):  # one row: causal after its cache, no mask
-            ids[0, : len(feeds[0])] = torch.tensor(feeds[0])
-            mask = positions = None
-            if self.skipped[0]:  # some of its text has no entries: the fed tokens keep their text positions
-                first = len(self.seen[0])
-                positions = torch.arange(first, first + len(feeds[0]))[None].to(self.device)
-        else:
-            visible = torch.zeros(B, S, width + S, dtype=torch.bool)
-            positions = torch.zeros(B, S, dtype=torch.long)
-            causal = torch.ones(S, S, dtype=torch.bool).tril()
-            for b, feed in enumerate(feeds):
-                n = len(feed)
-                if n:
-                    ids[b, :n] = torch.tensor(feed)
-                    visible[b, :n, width : width + n] = causal[:n, :n]
-                visible[b, :n, self.cols[b]] = True
-                visible[b, n:, width + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
-                first = len(self.seen[b])  # the text position of the first token fed
-                positions[b, :n] = torch.arange(first, first + n)
-                positions[b, n:] = first
-            mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
-            positions = positions.to(self.device)
+        if B == 1 and len(self.cols[0]) == width:  # one row whose columns are the cache: causal, no mask
+            return self._one_row(feeds[0], width, at, greedy)
+        ids = torch.zeros(B, S, dtype=torch.long)
+        visible = torch.zeros(B, S, width + S, dtype=torch.bool)
+        positions = torch.zeros(B, S, dtype=torch.long)
+        causal = torch.ones(S, S, dtype=torch.bool).tril()
         for b, feed in enumerate(feeds):
-            self.cols[b] += range(width, width + len(feed))
+            n = len(feed)
+            if n:
+                ids[b, :n] = torch.tensor(feed)
+                visible[b, :n, width : width + n] = causal[:n, :n]
+            visible[b, :n, self.cols[b]] = True
+            visible[b, n:, width + n :] = torch.eye(S - n, dtype=torch.bool)  # padding sees itself only
+            first = len(self.seen[b])  # the text position of the first token fed
+            positions[b, :n] = torch.arange(first, first + n)
+            positions[b, n:] = first
+            self.cols[b] += range(width, width + n)
             self.seen[b].extend(feed)
-        out = self.forward(ids.to(self.device), self.cache, mask, positions, logits_at=at)
+        mask = additive_mask(visible, self.dtype, self.device)  # [B, 1, S, width + S]
+        out = self.forward(ids.to(self.device), self.cache, mask, positions.to(self.device), logits_at=at)
         rows = torch.arange(B, device=out.logits.device)
         last = torch.tensor([at.index(n) for n in lasts], device=out.logits.device)
-        best = greedy_ids(out).tolist() if greedy else None  # [B][len(at)]: every read row's argmax, one transfer
-        reads = (
-            [[row[at.index(c)] for c in range(read[b], lasts[b] + 1)] for b, row in enumerate(best)] if best else None
-        )
+        if not greedy:
+            return out.logits[rows, last], None
+        best = greedy_ids(out).tolist()  # [B][len(at)]: every read row's argmax, one transfer
+        reads = [[row[at.index(c)] for c in range(read[b], lasts[b] + 1)] for b, row in enumerate(best)]
         return out.logits[rows, last], reads  # [B, V]
+
+    def _one_row(self, feed: list[int], width: int, at: list[int], greedy: bool):
+        """`_forward` for one row: its feed after its whole cache, the LM head on rows `at` (its read rows)."""
+        positions = None  # right after the cache's entries, unless some were left out: the text's positions
+        if self.skipped[0]:
+            first = len(self.seen[0])
+            positions = torch.arange(first, first + len(feed), device=self.device)[None]
+        self.cols[0] += range(width, width + len(feed))
+        self.seen[0].extend(feed)
+        out = self.forward(torch.tensor([feed], device=self.device), self.cache, positions=positions, logits_at=at)
+        return out.logits[:, -1], ([greedy_ids(out)[0].tolist()] if greedy else None)  # [1, V]
 
     def _greedy_token(self, logits: torch.Tensor, best: int) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the

@@ -203,10 +203,10 @@ def move_row_entries(cache, rows: list[int], src: list[int], dst: list[int], len
 
 
 def pack_columns(cache, cols: list[list[int]]) -> list[list[int]]:
-    """A batched cache whose row b holds its entries at columns cols[b] (in order), packed so that they sit at
+    """A batched cache whose row b holds its entries at columns cols[b] (increasing), packed so that they sit at
     0..len(cols[b]) - 1; returns the new columns. Nothing moves when they already do."""
     longest = max(map(len, cols))
-    if all(c == list(range(len(c))) for c in cols):  # in place already: what lies past the longest goes
+    if all(not c or c[-1] == len(c) - 1 for c in cols):  # (increasing) in place: what lies past the longest goes
         if cache_length(cache) > longest:
             crop(cache, longest) if hasattr(cache, "layers") else cache.crop(longest)  # (EAGLE-3's own cache)
         return cols
