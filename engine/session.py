@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from engine.budget.cost_aware import make_budget
+from engine.budget.draft_budget import make_budget
 from engine.decoding.loop import CancelCheck, Decoder
 from engine.decoding.race import Lane, race
 from engine.decoding.sampling import SamplingConfig

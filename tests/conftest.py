@@ -111,10 +111,9 @@ def model_folders(tmp_path_factory):
 def fresh_budget_memory():
     """Every test starts with no remembered budget runs: the budget remembers the last run of each target and
     drafter for the whole process, and a test must not read what another test's run left there."""
-    from engine.budget import cost_aware as budget
+    from engine.budget import draft_budget as budget
 
     budget._MEMORY.clear()
-    budget._PLAIN.clear()
     yield
 
 

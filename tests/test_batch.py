@@ -3,7 +3,7 @@ different lengths, rows that advance by different amounts and rows that stop ear
 
 import pytest
 
-from engine.budget.cost_aware import WARMUP_STEPS, CostAwareBudget, FullBudget
+from engine.budget.draft_budget import DraftBudget, FullBudget
 from engine.decoding.loop import BatchResult, Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
@@ -214,11 +214,11 @@ def test_batched_vanilla_leaves_out_what_each_row_would_alone(setup):
 def test_the_cost_aware_budget_keeps_every_row_lossless(setup, method):
     """One depth cap per batch step, learned from the batch's own step times: only draft sizes change."""
     target, make, refs = setup
-    budget = CostAwareBudget()
+    budget = DraftBudget()
     res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(PROMPTS)
     for prompt, tokens in zip(PROMPTS, res.tokens):
         assert tokens == refs[tuple(prompt)], (method, prompt)
-    assert budget.steps > WARMUP_STEPS and budget.max_depth > 0  # it ran, and saw drafts
+    assert budget.drafted and budget.counts["reached"]  # it ran, and saw drafts
 
 
 class TimedSteps(FullBudget):
@@ -270,12 +270,13 @@ def test_narrow_steps_keep_every_row_lossless(setup, method):
     assert drafted and all(e.draft_parents == list(range(-1, len(e.draft_parents) - 1)) for e in drafted)
 
 
-class Recording(CostAwareBudget):
+class Recording(DraftBudget):
     """The cost-aware budget, keeping the caps it chose this run."""
 
     def reset(self, memory=None) -> None:
         super().reset(memory)
         self.caps = []
+        self.started_from_memory = bool(self.counts["reached"])
 
     def choose(self, left=None):
         self.caps.append(super().choose(left))
@@ -294,61 +295,50 @@ def test_prompt_lookup_takes_the_cost_aware_cap_in_batches_only(setup):
         )
         for prompt, tokens in zip(prompts, res.tokens):
             assert tokens == refs[tuple(prompt)], (rows, prompt)
-        assert hasattr(budget, "caps") == capped, rows  # reset (and used) only where the batch may cap
+        assert bool(budget.caps) == capped, rows  # used only where the batch may cap
         if capped:
-            assert 0 in budget.caps, budget.caps  # the warm-up's plain step at least
+            assert budget.caps, budget.caps
 
 
 @pytest.mark.parametrize("method", ["vanilla", "eagle"])
 def test_the_budget_remembers_the_last_run_of_a_target_drafter_and_batch_size(setup, method):
-    """A second run starts from the first run's costs and acceptance (no warm-up of full drafts), one slot per batch
-    size; the single-row decoder does the same; a batch size whose plain step is known starts from another size's
-    run (SEED_ROWS); every row stays lossless."""
-    from engine.budget.cost_aware import _MEMORY, _PLAIN
+    """A second run starts from the first run's counts and step times, one slot per batch size; the single-row
+    decoder does the same; every row stays lossless."""
+    from engine.budget.draft_budget import _MEMORY
     from engine.decoding.loop import Decoder
 
     target, make, refs = setup
     _MEMORY.pop(target, None)  # other tests' runs on this target
-    _PLAIN.pop(target, None)  # ... and their plain steps: sizes without one warm up
+    started = []
     for rows in (PROMPTS[:4], PROMPTS[:4], PROMPTS[:2]):
         budget = Recording()
-        seen = len(_MEMORY.get(target, {}))
         res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(rows)
         assert res.tokens == [refs[tuple(p)] for p in rows], method
-        new_slot = len(_MEMORY[target]) > seen
-        assert (budget.caps[:WARMUP_STEPS] == [None, None, 0]) == new_slot, budget.caps  # the warm-up: new slots only
-    assert len(_MEMORY[target]) == 2  # batches of 4, then of 2
-    runs = [
-        Decoder(target, make[method](), max_new_tokens=NEW, budget=CostAwareBudget()).generate(PROMPTS[1]) for _ in "ab"
-    ]
-    assert [r.events[1].budget.depth_cap is None for r in runs] == [True, False]
-    assert all(r.tokens == refs[tuple(PROMPTS[1])] for r in runs)
-    batch_decoder(target, None, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(
-        PROMPTS[:3]
-    )  # plain, B = 3
-    budget = Recording()
-    res = batch_decoder(target, make[method], max_new_tokens=NEW, budget=budget).generate_batch(PROMPTS[:3])
-    assert res.tokens == [refs[tuple(p)] for p in PROMPTS[:3]], method
-    assert None not in budget.caps[:WARMUP_STEPS], budget.caps  # seeded from B = 4 (or 2): no full drafts
+        started.append(budget.started_from_memory)
+    assert started == [False, True, False] and len(_MEMORY[target]) == 2  # batches of 4, then of 2
+    for first in (False, True):
+        budget = Recording()
+        res = Decoder(target, make[method](), max_new_tokens=NEW, budget=budget).generate(PROMPTS[1])
+        assert res.tokens == refs[tuple(PROMPTS[1])] and budget.started_from_memory == first
 
 
-def test_both_decoders_price_a_spines_verify_from_the_targets_measured_forwards(setup):
-    """A cost-aware budget gets the target's steady forward cost of 1 to SPINE_WIDTHS tokens against one token's,
-    measured at the decoder's batch size (engine.runtime.forward_timing.measured_once)."""
-    from engine.budget.cost_aware import SPINE_WIDTHS, monotone_ratios
+def test_both_loops_price_untried_shapes_from_the_targets_measured_forwards(setup):
+    """A cost-aware budget gets the target's steady forward seconds at PRICE_WIDTHS tokens a row, measured at the
+    decoder's batch size (engine.runtime.forward_timing.measured_once)."""
+    from engine.budget.draft_budget import PRICE_WIDTHS
     from engine.decoding.loop import Decoder
     from engine.runtime.forward_timing import measured_once
 
     target, make, refs = setup
-    widths = tuple(range(1, SPINE_WIDTHS + 1))
     for rows, run in (
         (1, lambda b: Decoder(target, make["eagle"](), max_new_tokens=4, budget=b).generate(PROMPTS[0])),
         (2, lambda b: batch_decoder(target, make["eagle"], max_new_tokens=4, budget=b).generate_batch(PROMPTS[:2])),
     ):
-        budget = CostAwareBudget()
+        budget = DraftBudget()
         run(budget)
-        costs = measured_once(target, rows, widths)
-        assert budget.forward_ratios == monotone_ratios(costs) and budget.forward_ratios[1] == 1.0
+        assert budget.forward == measured_once(target, rows, list(PRICE_WIDTHS)) and set(budget.forward) == set(
+            PRICE_WIDTHS
+        )
 
 
 def test_lookahead_fits_its_window_to_the_measured_forward_costs():
@@ -409,7 +399,7 @@ def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_los
     assert forward_timing.measured_once(target, 2, [5, 3]) is once  # measured once per model, batch and widths
     monkeypatch.setattr("engine.decoding.loop.measured_once", rising)
     prompts = PROMPTS[:4]
-    res = batch_decoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(prompts)
+    res = batch_decoder(target, make, max_new_tokens=NEW, budget=DraftBudget()).generate_batch(prompts)
     assert res.tokens == [refs[tuple(p)] for p in prompts]
     assert measured and set(measured) == {4}
     assert all((d.window, d.ngram, d.guesses) == (2, 4, 3) for d in made)
@@ -417,7 +407,7 @@ def test_the_cost_aware_budget_fits_lookahead_windows_to_the_batch_and_stays_los
     batch_decoder(target, make, max_new_tokens=NEW).generate_batch(prompts)  # full drafts
     assert (made[0].window, made[0].ngram, made[0].guesses) == (4, 5, 4)
     made.clear()
-    res = batch_decoder(target, make, max_new_tokens=NEW, budget=CostAwareBudget()).generate_batch(prompts[:1])
+    res = batch_decoder(target, make, max_new_tokens=NEW, budget=DraftBudget()).generate_batch(prompts[:1])
     assert res.tokens == [refs[tuple(prompts[0])]] and measured[-1] == 1
     assert (made[0].window, made[0].ngram, made[0].guesses) == (1, 3, 1)  # one row: 2/4/3 rates 12% above 1/3/1
 
@@ -434,7 +424,7 @@ def test_a_single_run_under_the_cost_aware_budget_fits_lookaheads_window_too(set
         return {w: 1.0 + 0.05 * w for w in widths}
 
     monkeypatch.setattr("engine.decoding.loop.measured_once", rising)
-    for budget, shape in ((CostAwareBudget(), (1, 3, 1)), (None, (4, 5, 4))):
+    for budget, shape in ((DraftBudget(), (1, 3, 1)), (None, (4, 5, 4))):
         drafter = LookaheadDrafter()
         res = Decoder(target, drafter, max_new_tokens=NEW, budget=budget).generate(PROMPTS[0])
         assert res.tokens == refs[tuple(PROMPTS[0])]

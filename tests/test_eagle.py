@@ -233,7 +233,7 @@ def test_a_runs_first_draft_feeds_the_head_the_latest_prompt_pairs_at_their_posi
     have in the text: every draft's depth-1 candidates are the head's over that window, teacher-forced with those
     positions (shifted ones would move every later pair's rotary offset against the cached ones), and decoding
     stays lossless, one row or a batch."""
-    from engine.budget.cost_aware import FullBudget
+    from engine.budget.draft_budget import FullBudget
     from tests.conftest import batch_decoder
 
     class Drafts(FullBudget):
@@ -289,7 +289,7 @@ def test_a_catch_up_after_a_long_plain_stretch_feeds_its_latest_pairs_at_their_p
     """After more plain steps than `head_context`, the head takes the stretch's latest pairs only, after a gap in its
     cache: the next draft's depth-1 candidates are the head's teacher-forced over the pairs cached before the stretch
     and the stretch's latest, each at its text position, and decoding stays lossless."""
-    from engine.budget.cost_aware import FullBudget
+    from engine.budget.draft_budget import FullBudget
 
     class Scripted(FullBudget):
         def __init__(self):

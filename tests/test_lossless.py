@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from engine.budget.cost_aware import FullBudget
+from engine.budget.draft_budget import FullBudget
 from engine.decoding.loop import Decoder
 from engine.drafters.vanilla import VanillaDrafter
 from tests.conftest import ARCHS, perturbed_copy, tiny_model

@@ -72,7 +72,7 @@ def test_shared_lm_head_is_read_once_per_proposal():
 def test_a_draft_one_token_deep_reads_head_0_alone():
     """A budget that caps the draft at one token needs head 0's candidates only: the proposal must not run the other
     heads (three quarters of the read-out), must draft what reading every head would, and stay lossless."""
-    from engine.budget.cost_aware import FullBudget
+    from engine.budget.draft_budget import FullBudget
 
     class OneDeep(FullBudget):
         name = "one-deep"
@@ -223,7 +223,7 @@ def test_eager_attention_reads_the_tree_mask():
 def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed(monkeypatch):
     """Under a draft budget, the plain steps since the last draft are checked when a step drafts again: head 0 on each
     one's hidden state against the token that followed (depth 1 only), as the heads would have drafted there."""
-    from engine.budget.cost_aware import FullBudget
+    from engine.budget.draft_budget import FullBudget
 
     told = []
 

@@ -11,7 +11,7 @@ import torch
 
 from engine.bench.clock import ModelClock
 from engine.bench.reference import REFERENCES, hf_generate
-from engine.budget.cost_aware import make_budget
+from engine.budget.draft_budget import make_budget
 from engine.decoding.loop import Decoder
 from engine.decoding.sampling import SamplingConfig
 from engine.drafters.build import NEEDS, DrafterOptions, build_drafter
@@ -38,8 +38,8 @@ class BenchSetup:
     max_new_tokens: int = 64
 
     chat: bool | None = None  # prompts as user messages in the chat template (None: when the model has one)
-    # How deep each step drafts (engine/budget/cost_aware.py): "auto" or "full"; None: auto for the suite, full for the
-    # sweep
+    # How deep each step drafts (engine/budget/draft_budget.py): "auto" or "full"; None: auto for the suite, full for
+    # the sweep
     # (the sweep shows where batching kills the win, undamped by the budget).
     draft_budget: str | None = None
     compiled: list = field(

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from engine.bench.suite import BenchSetup, Progress
-from engine.budget.cost_aware import make_budget
+from engine.budget.draft_budget import make_budget
 from engine.decoding.loop import Decoder
 from engine.drafters.build import build_drafter
 from engine.errors import GlanceError

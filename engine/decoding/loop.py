@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from engine.budget.cost_aware import FullBudget, remembered
-from engine.budget.window import WindowBudget
+from engine.budget.draft_budget import DraftBudget, FullBudget, remembered
 from engine.decoding.sampling import SamplingConfig, logits_to_probs
 from engine.decoding.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.decoding.tree import Draft, additive_mask, draft_visibility, host_mask, mask_storage, node_depths
@@ -156,7 +155,7 @@ class Decoder:
             if t.depth_cap == "never" or (t.depth_cap == "batches" and rows == 1):
                 budget = FullBudget()
             if self.cost_aware and t.window and rows == 1:
-                budget = WindowBudget(width=self.drafter.row_tokens, guessed=self.drafter.take_guessed)
+                budget = DraftBudget(window=(self.drafter.row_tokens, self.drafter.take_guessed))
             self._budgets[rows] = budget
         return self._budgets[rows]
 
