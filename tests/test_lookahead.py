@@ -168,3 +168,21 @@ def test_sampled_runs_accept_several_pooled_tokens_at_once():
         res = Decoder(target, LookaheadDrafter(window=4, ngram=3, guesses=4), cfg, max_new_tokens=NEW).generate(LOOPY)
         multi += sum(sum(ev.from_draft) >= 2 for ev in res.events[1:])
     assert multi > 0
+
+
+def test_plain_steps_score_what_the_pool_would_have_guessed():
+    """A plain step notes the pooled n-grams under its pending token (whether the window is full or not: a window
+    step fills it), and once their positions are committed tells how many tokens they guessed right: what the window
+    budget reads while it runs plain steps."""
+    from engine.drafters.base import DecodeState
+
+    drafter = LookaheadDrafter(window=1, ngram=3, guesses=2)
+    state = DecodeState([5, 6, 7, 5], 4, SamplingConfig(), torch.Generator())
+    drafter.begin(0, state)  # pools the prompt's 3-grams: 5 -> (6, 7), 6 -> (7, 5); the window is not full yet
+    for token in (6, 9, 4):
+        (draft,) = drafter.propose([state], [0])  # a plain step
+        assert len(draft) == 0 and not draft.side_tokens
+        state.tokens.append(token)
+        drafter.update(0, state, draft, [])
+    # 5 pending: (6, 7) against 6, 9: one right; 6 pending: (7, 5) against 9: none; 9's guess is not due yet
+    assert drafter.take_guessed() == [1, 0] and drafter.take_guessed() == []

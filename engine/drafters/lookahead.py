@@ -93,8 +93,9 @@ class LookaheadRow:
 
     def propose(self, state: DecodeState, max_tokens: int) -> Draft:
         if max_tokens == 0:  # a plain step (the budget's, or the run's last token): no window
-            # note what the pool holds for the pending token, so the committed text tells what a window step got
-            self.unresolved.append((len(state.tokens), self.pooled(state.tokens[-1])))
+            # note what the pool holds for the pending token (full window or not: a window step fills it), so the
+            # committed text tells the budget what a window step would have got
+            self.unresolved.append((len(state.tokens), self.pool.lookup(state.tokens[-1])))
             return Draft()
         self.root = state.tokens[-1]
         conts = [c[:max_tokens] for c in self.pooled(self.root)]
