@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState, Drafter
-from engine.drafters.spec import BuildContext, DrafterSpec, knob
+from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, knob
 
 MAX_MATCH = 32  # the longest match scored: longer ones occur rarely, and the draft's size is capped anyway
 OCCURRENCES = 64  # the latest occurrences of a match read per step: enough counts, a bounded host cost
@@ -204,4 +204,7 @@ SPEC = DrafterSpec(
     "earlier outputs (Oliaro et al. 2024)",
     build=build,
     options=SuffixOptions,
+    # as prompt lookup's: host lookups cost next to nothing and the tree shrinks with the match by itself, so at one
+    # row a cap only loses tokens (it tells no hindsight for the budget to learn from plain steps); capped in batches
+    budget=BudgetTraits(depth_cap="batches"),
 )
