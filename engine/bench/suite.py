@@ -50,8 +50,10 @@ class BenchSetup:
     def eos(self) -> list[int]:
         return stop_ids(self.target.model, self.target.tokenizer, use_chat(self.target.tokenizer, self.chat))
 
-    def encode(self, prompt: str) -> list[int]:
-        return encode_prompt(self.target.tokenizer, prompt, use_chat(self.target.tokenizer, self.chat))
+    def encode(self, record: dict) -> list[int]:
+        """A prompt-suite record's ids: its "prompt", after its "history" of earlier turns where it has one."""
+        chat = use_chat(self.target.tokenizer, self.chat)
+        return encode_prompt(self.target.tokenizer, record["prompt"], chat, record.get("history"))
 
     def timed_modules(self) -> list:
         # The target's LM head and embeddings too: EAGLE's head calls them outside the target's forward.
@@ -139,7 +141,7 @@ def run_suite(
         raise GlanceError(f"cannot benchmark {', '.join(missing)}: the weights they need are not loaded")
     others = [m for m in methods if m != "ar"]
     order = ["ar"] + others
-    encoded = [setup.encode(p["prompt"]) for p in prompts]
+    encoded = [setup.encode(p) for p in prompts]
     total = len(order) + len(prompts) * repeats * (len(order) + bool(others))
     done = 0
     for m in order:  # warm-up: first forwards, kernels, allocator

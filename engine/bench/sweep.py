@@ -55,7 +55,7 @@ def run_sweep(
     if not batch_sizes or min(batch_sizes) < 1:
         raise GlanceError("batch sizes must be positive integers, e.g. --batch-sizes 1,2,4,8")
     methods = ["ar"] + [m for m in methods if m != "ar" and not m.startswith("hf_")]
-    encoded = [setup.encode(p["prompt"]) for p in prompts]
+    encoded = [setup.encode(p) for p in prompts]
     if not encoded:
         raise GlanceError("the sweep has no prompts")
 

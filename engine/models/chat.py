@@ -20,14 +20,15 @@ def use_chat(tokenizer, chat: bool | None) -> bool:
     return has_template(tokenizer) if chat is None else chat
 
 
-def encode_prompt(tokenizer, prompt: str, chat: bool) -> list[int]:
-    """Token ids of `prompt`: as `apply_chat_template([user message], add_generation_prompt=True)` gives them in chat
-    mode, else the plain text's."""
+def encode_prompt(tokenizer, prompt: str, chat: bool, history: list[dict] | None = None) -> list[int]:
+    """Token ids of `prompt`: as `apply_chat_template(history + [user message], add_generation_prompt=True)` gives
+    them in chat mode, else the plain text's (earlier turns, if any, as lines before it)."""
     if not prompt.strip():
         raise GlanceError("the prompt is empty: give some text")
+    history = list(history or [])
     if not chat:
-        return list(tokenizer(prompt)["input_ids"])
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+        return list(tokenizer("\n\n".join([m["content"] for m in history] + [prompt]))["input_ids"])
+    ids = tokenizer.apply_chat_template(history + [{"role": "user", "content": prompt}], add_generation_prompt=True)
     if not isinstance(ids, list):  # a BatchEncoding in some versions
         ids = ids["input_ids"]
     return [int(i) for i in ids]

@@ -89,6 +89,23 @@ def add_train_parser(sub) -> None:
     )
     dr.add_argument("--steps", type=int, default=500)
     dr.add_argument("--out", required=True)
+    co = tsub.add_parser(
+        "corpus", help="a drafter corpus for a chat target: its own answers to ShareGPT prompts, plus the conversations"
+    )
+    co.add_argument("--target", required=True, help="chat model folder, hub id or catalog name")
+    co.add_argument("--source", default="sharegpt", choices=["sharegpt"], help="where the prompts come from")
+    co.add_argument("--answers", type=int, default=4096, help="train prompts the target answers (self-distillation)")
+    co.add_argument("--max-new-tokens", type=int, default=256, help="longest answer")
+    co.add_argument("--rows", type=int, default=16, help="prompts answered at once (batched decoding)")
+    co.add_argument(
+        "--compile",
+        action="store_true",
+        help="answer with the compiled forward (pays only for long runs: each batch size the rows shrink to compiles)",
+    )
+    co.add_argument("--out", required=True, help="output folder (resumes when it holds a run)")
+    cu = tsub.add_parser("curve", help="plot a head's training curve (curve.jsonl) as curve.png beside it")
+    cu.add_argument("folder", help="the head folder training wrote to")
+    cu.add_argument("--title", default=None)
     card = tsub.add_parser("card", help="measure a trained family and write its model card (README.md)")
     card.add_argument("--models", required=True, help="folder holding target/, draft/ and training.json")
     card.add_argument(
@@ -117,6 +134,21 @@ def cmd_train(args: argparse.Namespace) -> int:
             print(refresh_card(Path(args.models), sections))
             return 0
         print(write_card(Path(args.models)))
+        return 0
+    if args.what == "curve":
+        from engine.train.curves import plot_curve
+
+        print(plot_curve(Path(args.folder), args.title))
+        return 0
+    if args.what == "corpus":
+        from engine.train.sharegpt_corpus import build_corpus
+
+        if args.answers < 0 or args.max_new_tokens < 1 or args.rows < 1:
+            raise GlanceError("--answers must be non-negative, --max-new-tokens and --rows positive")
+        summary = build_corpus(
+            args.target, Path(args.out), args.answers, args.max_new_tokens, rows=args.rows, compile=args.compile
+        )
+        print(json.dumps(summary, indent=2))
         return 0
     if args.what == "medusa":
         from engine.train.medusa import train_medusa

@@ -7,7 +7,6 @@ resumable checkpoints.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import torch
 from engine.decoding.tree import additive_mask
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.runtime.layer_features import layer_inputs
-from engine.train.heads import head_config, prepare, train_head
+from engine.train.heads import head_config, prepare, spread_windows, train_head, write_report
 from engine.train.precision import training_autocast
 
 STEP_DECAY = 0.8
@@ -89,13 +88,13 @@ def ttt_loss(head: Eagle3Head, batch, feats, logits, draft_ids, steps: int) -> t
 
 
 @torch.no_grad()
-def depth_accuracy(head, target, stream, steps: int = 4, seq_len: int = 256, windows: int = 8) -> list[dict]:
+def depth_accuracy(head, target, stream, steps: int = 4, seq_len: int = 256, windows: int = 32) -> list[dict]:
     """Held-out top-1 agreement of the head's draft at each depth with the target's greedy token (a target token
     outside the draft vocabulary counts as a miss)."""
     hits, count = [0] * steps, [0] * steps
     ids = head.target_ids()
-    for w in range(min(windows, len(stream) // seq_len)):
-        batch = stream[w * seq_len : (w + 1) * seq_len].long()[None]
+    for start in spread_windows(len(stream), seq_len, windows):
+        batch = stream[start : start + seq_len].long()[None]
         feats, logits = target_view(target, head.layer_ids, batch)
         greedy = logits[0, 1:].argmax(-1)  # [N]
         for s, got in unrolled(head, batch, feats.to(next(head.parameters()).dtype), steps):
@@ -142,7 +141,10 @@ def train_eagle3(
         return loss, {f"ce{s}": v for s, v in enumerate(per_step)}
 
     t0 = time.time()
-    shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle3", clip=1.0)
+    def evaluate() -> list[dict]:
+        return depth_accuracy(head, target, held, steps=ttt_steps)
+
+    shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle3", 1.0, evaluate)
     head.save(out)
     with training_autocast():
         accuracy = depth_accuracy(head, target, held, steps=ttt_steps)
@@ -159,5 +161,4 @@ def train_eagle3(
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
     }
-    (out / "training.json").write_text(json.dumps(report, indent=2))
-    return report
+    return write_report(out, report, data, time.time() - t0)

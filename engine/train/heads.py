@@ -27,8 +27,8 @@ def frozen_target(target_path: str):
 
 
 def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(train, held-out) token streams: the stdlib split when data is None, else a file or folder of text files
-    split 98/2 by file order."""
+    """(train, held-out) token streams: the stdlib split when data is None; a `train corpus` folder's own split; else
+    a file or folder of text files split 98/2 by file order."""
     from engine.train.corpus import stdlib_corpus
     from engine.train.demo import encode_files
 
@@ -40,6 +40,8 @@ def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor
         from engine.errors import GlanceError
 
         raise GlanceError(f"training data not found: {path}")
+    if (path / "corpus.json").exists():
+        return corpus_stream(tokenizer, path)
     files = (
         sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in (".py", ".txt", ".md"))
         if path.is_dir()
@@ -51,6 +53,32 @@ def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor
     return train, held
 
 
+def corpus_stream(tokenizer, folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """A `train corpus` folder (engine/train/sharegpt_corpus.py): the target's own answers repeated until they are
+    about half the training stream, since they are what drafting will see, and the teacher-forced conversations for
+    breadth; held out: the target's answers to held-out prompts. Encoded once, then cached beside the text."""
+    from engine.train.demo import encode_files
+
+    answers_files = sorted((folder / "train").glob("answers-*.txt"))
+    files = [*answers_files, folder / "train" / "teacher.txt", folder / "heldout" / "answers.txt"]
+    key = f"{tokenizer.name_or_path}|{len(tokenizer)}|" + "|".join(f"{f.name}:{f.stat().st_size}" for f in files)
+    cache = folder / "tokens.pt"
+    saved = torch.load(cache, weights_only=True) if cache.exists() else {}
+    if saved.get("key") != key:
+        saved = {
+            "key": key,
+            "answers": encode_files(tokenizer, answers_files),
+            "teacher": encode_files(tokenizer, [folder / "train" / "teacher.txt"]),
+            "held": encode_files(tokenizer, [folder / "heldout" / "answers.txt"]),
+        }
+        tmp = cache.with_suffix(".tmp")
+        torch.save(saved, tmp)
+        os.replace(tmp, cache)
+    answers, teacher = saved["answers"], saved["teacher"]
+    repeat = max(1, round(len(teacher) / max(1, len(answers))))
+    return torch.cat([answers.repeat(repeat), teacher]), saved["held"]
+
+
 def prepare(target_path: str, out: Path, data: str | None, seed: int):
     """What every head recipe starts from: the output folder, the frozen target, its training and held-out token
     streams, and the seed set. Returns (loaded target, train ids, held-out ids)."""
@@ -59,6 +87,12 @@ def prepare(target_path: str, out: Path, data: str | None, seed: int):
     train, held = text_stream(loaded.tokenizer, data)
     torch.manual_seed(seed)
     return loaded, train, held
+
+
+def spread_windows(length: int, seq_len: int, windows: int) -> list[int]:
+    """Starts of up to `windows` windows of `seq_len` tokens spread evenly over a held-out stream of `length`."""
+    n = min(windows, length // seq_len)
+    return [i * ((length - seq_len) // max(1, n - 1)) for i in range(n)] if n > 1 else [0] * n
 
 
 def head_config(steps: int, batch_size: int, seq_len: int, lr: float, seed: int) -> TrainConfig:
@@ -82,10 +116,15 @@ def train_head(
     checkpoint: Path,
     desc: str,
     clip: float | None = None,
+    evaluate: Callable[[], list[dict]] | None = None,
+    eval_every: int = 250,
 ) -> dict:
     """Run (or resume) the loop; `step_loss(batch [B, T])` returns the loss and numbers for the progress bar.
-    Returns the last step's numbers."""
+    `evaluate()` (held-out top-1 per depth) runs every `eval_every` steps and at the end; each result is a line of
+    curve.jsonl beside the checkpoint, the training curve a model card plots. Returns the last step's numbers."""
     start = 0
+    if not checkpoint.exists():
+        (checkpoint.parent / "curve.jsonl").unlink(missing_ok=True)  # a fresh run starts a fresh curve
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True)
         module.load_state_dict(state["module"])
@@ -110,5 +149,43 @@ def train_head(
             tmp = checkpoint.with_suffix(".tmp")
             torch.save({"module": module.state_dict(), "opt": opt.state_dict(), "step": step + 1}, tmp)
             os.replace(tmp, checkpoint)  # atomic: a crash leaves the previous checkpoint intact
+        if evaluate is not None and ((step + 1) % eval_every == 0 or step + 1 == cfg.steps):
+            log_curve(checkpoint.parent / "curve.jsonl", step + 1, cfg, module, evaluate)
     bar.close()
     return shown
+
+
+def log_curve(path: Path, step: int, cfg: TrainConfig, module: torch.nn.Module, evaluate) -> None:
+    """Append one point of the training curve: steps, tokens seen, held-out top-1 per depth."""
+    import json
+
+    module.eval()
+    with training_autocast():
+        accuracy = evaluate()
+    module.train()
+    point = {"step": step, "tokens": step * cfg.tokens_per_step, "top1": [a["top1"] for a in accuracy]}
+    with path.open("a") as f:
+        f.write(json.dumps(point) + "\n")
+
+
+def write_report(out: Path, report: dict, data: str | None, seconds: float) -> dict:
+    """training.json: this run's report, with every run into this folder listed under "runs" (a run that resumed a
+    checkpoint adds a line, so the total time is the sum) and the corpus a `train corpus` folder describes."""
+    import json
+    import time
+
+    path = Path(out) / "training.json"
+    try:
+        runs = json.loads(path.read_text()).get("runs", []) if path.exists() else []
+    except (OSError, ValueError, AttributeError):
+        runs = []
+    runs.append({"steps": report.get("steps"), "seconds": round(seconds, 1), "ended": time.strftime("%Y-%m-%d %H:%M")})
+    corpus = Path(data) / "corpus.json" if data else None
+    if corpus is not None and corpus.exists():
+        report["corpus"] = json.loads(corpus.read_text())
+    report["runs"] = runs
+    report["wall_seconds_total"] = round(sum(r["seconds"] for r in runs), 1)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    os.replace(tmp, path)
+    return report

@@ -137,7 +137,8 @@ def write_prompt_suite(records: list[dict], path: Path) -> None:
 
 def load_prompt_suite(path: Path) -> list[dict]:
     """Prompt records from a JSON Lines file: one object per line with a non-empty string "prompt", and optionally
-    "id" and "category" (defaults: the line number, "custom"). Anything else is a GlanceError naming the line."""
+    "id" and "category" (defaults: the line number, "custom") and "history" (the earlier turns of a chat, as
+    messages). Anything else is a GlanceError naming the line."""
     from engine.errors import GlanceError
 
     try:
@@ -157,6 +158,12 @@ def load_prompt_suite(path: Path) -> list[dict]:
                               '{"prompt": "def add(a, b):"}') from None  # fmt: skip
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
             raise GlanceError(f'{path}:{n}: each line needs a non-empty string "prompt" (got {line.strip()[:80]})')
+        history = rec.get("history", [])
+        if not isinstance(history, list) or not all(
+            isinstance(m, dict) and m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str)
+            for m in history
+        ):
+            raise GlanceError(f'{path}:{n}: "history" must be a list of {{"role": "user"|"assistant", "content": ...}}')
         rec.setdefault("id", f"line-{n}")
         rec.setdefault("category", "custom")
         rec["id"], rec["category"] = str(rec["id"]), str(rec["category"])
