@@ -38,7 +38,15 @@ from app.inspector import StepInspector
 from app.jobs import Job
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
-from engine import DrafterOptions, GlanceError, RaceSettings, SamplingConfig, read_target_top
+from engine import (
+    DrafterOptions,
+    GlanceError,
+    RaceSettings,
+    SamplingConfig,
+    read_target_top,
+    render_serving,
+    write_text_checked,
+)
 
 LEFT_MIN_WIDTH = 360  # the left column's width: every control fits in it (tests check at 1280 x 800)
 SETTINGS_SAVE_MS = 400  # save settings this long after the last change (a crash or kill then loses nothing)
@@ -176,6 +184,7 @@ class MainWindow(QMainWindow):
             ("&Open log (instant)…", lambda: self._ask_open(False)),
             ("&Replay log at recorded speed…", lambda: self._ask_open(True)),
             ("&Export…", self._ask_export),
+            ("Export &serving config…", self._ask_serving),
             ("&Quit", self.close),
         ):
             act = QAction(text, self)
@@ -441,6 +450,36 @@ class MainWindow(QMainWindow):
             return []
         self.statusBar().showMessage(f"exported {len(written)} files to {folder}")
         return written
+
+    def _ask_serving(self) -> None:
+        from PySide6.QtWidgets import QInputDialog
+
+        if self.controller.session is None:
+            self.show_error("load a model first: the serving config names the loaded target and parts")
+            return
+        settings = self.controller.race_settings
+        methods = settings.methods if settings else self.available_methods()
+        method, ok = QInputDialog.getItem(self, "Export serving config", "lane:", methods, 0, False)
+        if not ok:
+            return
+        start = str(Path.home() / f"serve-{method}.md")
+        path, _ = QFileDialog.getSaveFileName(self, "Export serving config", start, "Markdown (*.md)")
+        if path:
+            self.export_serving(method, Path(path))
+
+    def export_serving(self, method: str, path: Path) -> Path | None:
+        """Write how vLLM, SGLang and transformers would run `method` with the last race's settings (the panel's
+        before any race) and the loaded parts."""
+        session, settings = self.controller.session, self.controller.race_settings
+        options = settings.options if settings else self._drafter_options()
+        try:
+            text = render_serving(method, session.sources[0], session.serving(method, options))
+            write_text_checked(path, text)
+        except GlanceError as exc:
+            self.show_error(str(exc))
+            return None
+        self.statusBar().showMessage(f"wrote the serving config of {method} to {path}")
+        return path
 
     def _ask_open(self, recorded_speed: bool) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open session log", str(self.autosave_dir), "Logs (*.jsonl)")

@@ -7,6 +7,8 @@ Public API (what the app and scripts import; everything else is the engine's own
     DRAFTERS / METHODS: the drafter registry; DrafterOptions(**knobs): every drafter's options, checked
     load_model(name, device, dtype) -> LoadedModel; build_drafter(method, target, parts, options) -> Drafter
     RunStats: every metric, fed by events; SessionLogWriter(path) / read_session_log(path); the export tables
+    Session.serving(method, options) -> Serving; render_serving(method, target, serving): vLLM / SGLang /
+        transformers settings for a drafter (engine/drafters/serving.py)
     engine.bench: the benchmark suite and sweep (run_benchmark, BenchSetup, reports)
 """
 
@@ -14,11 +16,14 @@ from engine.decoding.loop import BatchResult, Decoder, GenerationResult
 from engine.decoding.sampling import SamplingConfig
 from engine.decoding.tree import is_chain, node_depths
 from engine.drafters.build import DrafterOptions, build_drafter
+from engine.drafters.serving import Serving
+from engine.drafters.serving import render as render_serving
 from engine.drafters.spec import DrafterSpec, KnobField
 from engine.errors import GlanceError
 from engine.models.catalog import installed
 from engine.models.loading import LoadedModel, check_same_vocabulary, load_model
 from engine.records.events import BudgetNote, DraftNotes, RunSummary, StepEvent
+from engine.records.files import write_text_checked
 from engine.records.session_log import (
     SessionLogWriter,
     StepText,
@@ -54,6 +59,7 @@ __all__ = [
     "SessionLogWriter",
     "StepEvent",
     "StepText",
+    "Serving",
     "build_drafter",
     "check_same_vocabulary",
     "copy_run",
@@ -66,6 +72,8 @@ __all__ = [
     "read_session_log",
     "read_session_logs",
     "read_target_top",
+    "render_serving",
     "write_runs_csv",
     "write_steps_csv",
+    "write_text_checked",
 ]

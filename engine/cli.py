@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     mi.add_argument("name", help="catalog key, e.g. smollm2")
     msub.add_parser("list", help="the catalog and what is installed")
 
+    sc = sub.add_parser("serve-config", help="how vLLM, SGLang and transformers would run a method with these settings")
+    sc.add_argument("--method", required=True, choices=METHODS)
+    sc.add_argument("--target", help="target model folder, hub id or installed name (default: the bundled target)")
+    sc.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    sc.add_argument("--out", default=None, help="write to this file instead of printing")
+    _add_drafter_args(sc)
+
     add_train_parser(sub)
     return parser
 
@@ -384,6 +391,31 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_serve_config(args) -> int:
+    """The chosen method's serving recipe, with the parts Glance would load for this target (nothing is loaded)."""
+    import json as _json
+
+    from engine.drafters.serving import as_json, render, serving_for
+    from engine.registry import parts, spec
+    from engine.session import Session
+
+    target, chosen = Session.resolve(args.target, {p.key: getattr(args, p.key) for p in parts()})
+    part = spec(args.method).part
+    options = _drafter_options(args).for_method(args.method)
+    serving = serving_for(args.method, options, chosen.get(part.key) if part else None)
+    text = render(args.method, target, serving)
+    if args.json:
+        text = _json.dumps(as_json(args.method, target, serving), indent=2)
+    if args.out:
+        from engine.records.files import write_text_checked
+
+        write_text_checked(args.out, text + "\n")
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -400,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             "bench": cmd_bench,
             "convert": cmd_convert,
             "models": cmd_models,
+            "serve-config": cmd_serve_config,
         }
         return commands[args.command](args)
     except GlanceError as exc:

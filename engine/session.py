@@ -15,10 +15,11 @@ from engine.decoding.loop import CancelCheck, Decoder
 from engine.decoding.race import Lane, race
 from engine.decoding.sampling import SamplingConfig
 from engine.drafters.build import DrafterOptions, build_drafter, describe_parts, load_parts, parts_needed
+from engine.drafters.serving import Serving, serving_for
 from engine.errors import Cancelled, GlanceError
 from engine.heads.compiled_readout import forget_compiled_readouts
 from engine.heads.compiled_step import forget_compiled_steps
-from engine.models.catalog import find, part_folder
+from engine.models.catalog import find, model_folder, part_folder
 from engine.models.chat import encode_prompt, has_template, stop_ids, use_chat
 from engine.models.loading import BUNDLED_TARGET, LoadedModel, load_model
 from engine.records.events import RunSummary, StepEvent
@@ -68,6 +69,7 @@ class Session:
     target: LoadedModel
     parts: dict[str, Any] = field(default_factory=dict)
     compiled: list[CompileReport] = field(default_factory=list)  # what compile_models did, per model
+    sources: tuple[str, dict[str, str]] = ("", {})  # where the target and each part came from (`resolve`)
 
     @classmethod
     def load(
@@ -92,12 +94,10 @@ class Session:
         drafting steps (engine/heads/compiled_step.py), and warm them up now; one that fails to compile stays eager
         and its report says why. `time_forwards`: then time the target's forwards that sizing drafts reads
         (`Session.time_forwards`), so that the first race starts at once."""
-        bundled = not target
-        if bundled and not (BUNDLED_TARGET / "config.json").exists():
+        if not target and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
         access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
-        entry = find(target) if target else None  # an installed catalog model may bring parts trained for it
-        chosen = cls._part_paths(bundled, entry, paths)
+        source, chosen = cls.resolve(target, paths)
         to_load = [k for k in chosen if k in parts_needed(methods)]
         compiling = sum(p.compile_steps for p in parts() if p.key in to_load and p.compile is not None)
         total = len(to_load) + 1 + (COMPILE_STEPS + compiling if compile else 0)
@@ -113,7 +113,7 @@ class Session:
         if cancel is not None and cancel():
             raise Cancelled("loading cancelled")
         parts_ = load_parts(loaded, methods, chosen, cancel=cancel, on_part=lambda k: report(f"loading {k}"), **access)
-        session = cls(loaded, parts_)
+        session = cls(loaded, parts_, sources=(source, {k: v for k, v in chosen.items() if k in parts_}))
         if compile:
             session.compile_models(lambda done, of, what: report(what), cancel)
         if time_forwards:
@@ -160,6 +160,19 @@ class Session:
             if loaded is not None and part.compile is not None:
                 self.compiled.append(part.compile(loaded, checked))
         return self.compiled
+
+    @classmethod
+    def resolve(cls, target: str | None, paths: dict[str, str | None] | None = None) -> tuple[str, dict[str, str]]:
+        """(the target's folder or hub id, each part's folder) as `load` chooses them, loading nothing: an installed
+        catalog model brings the parts trained for it."""
+        entry = find(target) if target else None
+        source = str(model_folder(entry)) if entry is not None else str(target or BUNDLED_TARGET)
+        return source, cls._part_paths(not target, entry, paths)
+
+    def serving(self, method: str, options: DrafterOptions) -> Serving:
+        """How vLLM, SGLang and transformers would run `method` with these options and this session's parts."""
+        part = spec(method).part
+        return serving_for(method, options.for_method(method), self.sources[1].get(part.key) if part else None)
 
     @staticmethod
     def _part_paths(bundled: bool, entry, paths: dict[str, str | None] | None) -> dict[str, str]:

@@ -696,3 +696,14 @@ def test_the_inspector_names_a_narrow_cap():
     window = step(None, notes=DraftNotes(window=[[5]]))
     assert budget_text(window) == " (budget: the window, rated above a plain step)"  # lookahead's window budget
     assert budget_text(SimpleNamespace(step=4, budget=None, notes=DraftNotes())) == ""  # no budget ran
+
+
+def test_export_serving_config_uses_the_race_settings_and_the_loaded_draft(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    win.gen_panel.knobs.widgets["vanilla_gamma"].setValue(5)
+    run_race(qtbot, win, ["ar", "vanilla"])
+    win.gen_panel.knobs.widgets["vanilla_gamma"].setValue(2)  # after the race: the export keeps the race's
+    page = win.export_serving("vanilla", tmp_path / "serve.md").read_text()
+    assert '"num_speculative_tokens": 5' in page and str(win.model_panel.parts["draft"].text()) in page
+    assert win.export_serving("vanilla", tmp_path / "no" / "such" / "serve.md") is None
+    assert "cannot write" in win.banner.text()

@@ -19,6 +19,7 @@ import torch
 
 from engine.decoding.tree import Draft, host_mask, mask_storage
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
+from engine.drafters.serving import Serving
 from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.compiled_step import compile_head
@@ -405,6 +406,26 @@ class TreeOptions:
     )
 
 
+def tree_serving(algorithm: str, method: str, o: TreeOptions, head: str | None) -> Serving:
+    """EAGLE-2 and EAGLE-3 trees in the serving engines: SGLang grows the same top-k tree (its steps are the tree's
+    levels); vLLM drafts a chain as deep as the tree."""
+    levels, nodes = tree_shape(o.depth, o.total_tokens)
+    return Serving(
+        vllm={"method": method, "model": head, "num_speculative_tokens": levels, "draft_tensor_parallel_size": 1},
+        sglang={
+            "speculative-algorithm": algorithm,
+            "speculative-draft-model-path": head,
+            "speculative-num-steps": levels,
+            "speculative-eagle-topk": o.top_k,
+            "speculative-num-draft-tokens": nodes + 1,
+        },
+        notes=[
+            f"vLLM drafts a chain of {levels} tokens (top-1 at each level), not the top-{o.top_k} tree",
+            "transformers' generate has no EAGLE head",
+        ],
+    )
+
+
 @dataclass
 class EagleOptions(TreeOptions):
     mode: str = knob(
@@ -433,6 +454,7 @@ SPEC = DrafterSpec(
     "(Li et al. 2024)",
     build=build,
     options=EagleOptions,
+    serve=lambda o, head: tree_serving("EAGLE", "eagle", o, head),
     explain=lambda o: (
         explain(o.top_k, o.depth, o.total_tokens)
         if o.mode == "dynamic"

@@ -10,7 +10,7 @@ import torch
 
 from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState
-from engine.drafters.eagle import EagleDrafter, TreeOptions, compiled_drafting, explain
+from engine.drafters.eagle import EagleDrafter, TreeOptions, compiled_drafting, explain, tree_serving
 from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.models.loading import BUNDLED
@@ -91,6 +91,7 @@ SPEC = DrafterSpec(
     "(Li et al. 2025)",
     build=build,
     options=TreeOptions,  # EAGLE-2's tree knobs, under EAGLE-3's own names (eagle3_top_k, ...)
+    serve=lambda o, head: tree_serving("EAGLE3", "eagle3", o, head),
     explain=lambda o: explain(o.top_k, o.depth, o.total_tokens),
     part=PartSpec(
         "eagle3",

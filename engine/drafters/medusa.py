@@ -14,6 +14,7 @@ import torch
 
 from engine.decoding.tree import Draft
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
+from engine.drafters.serving import Serving
 from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
 from engine.heads.compiled_readout import compile_readout, compiled_readout_of
@@ -236,6 +237,25 @@ def compile_medusa(heads: MedusaHeads, progress):
     return compile_readout(heads, MedusaDrafter(heads).topk, "the Medusa heads")
 
 
+def serve(o: MedusaOptions, heads: str | None) -> Serving:
+    import json
+    from pathlib import Path
+
+    try:
+        cfg = json.loads((Path(heads) / "config.json").read_text())
+        count = int(cfg["medusa_num_heads"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise GlanceError(f"{heads} holds no Medusa config.json with medusa_num_heads") from None
+    notes = [f"vLLM drafts a chain of {count} tokens (one per head), not the `{o.tree}` tree"]
+    if cfg.get("shared_lm_head"):
+        notes.append("these heads share the target's LM head; vLLM's Medusa gives every head its own: retrain with "
+                     "`train medusa --own-lm-head` for vLLM")  # fmt: skip
+    if o.acceptance == "typical":
+        notes.append("typical acceptance is approximate; vLLM verifies exactly")
+    notes.append("SGLang and transformers have no Medusa")
+    return Serving(vllm={"method": "medusa", "model": heads, "num_speculative_tokens": count}, notes=notes)
+
+
 SPEC = DrafterSpec(
     name="medusa",
     label="Medusa",
@@ -243,6 +263,7 @@ SPEC = DrafterSpec(
     summary="extra heads on the target's last hidden state propose a token tree (Cai et al. 2024)",
     build=build,
     options=MedusaOptions,
+    serve=serve,
     part=PartSpec(
         "medusa",
         "Medusa heads folder",

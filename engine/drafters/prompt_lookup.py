@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.serving import Serving
 from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, knob
 
 DEFAULT_MAX_NGRAM = 3
@@ -52,6 +53,19 @@ def build(ctx: BuildContext) -> PromptLookupDrafter:
     return PromptLookupDrafter(ctx.options.ngram, ctx.options.tokens)
 
 
+def serve(o: PromptLookupOptions, part: str | None) -> Serving:
+    return Serving(
+        vllm={
+            "method": "ngram",
+            "num_speculative_tokens": o.tokens,
+            "prompt_lookup_max": o.ngram,
+            "prompt_lookup_min": 1,
+        },
+        transformers={"prompt_lookup_num_tokens": o.tokens, "max_matching_ngram_size": o.ngram},
+        notes=["SGLang's NGRAM algorithm matches a cache of past requests, with knobs of its own: see its docs"],
+    )
+
+
 SPEC = DrafterSpec(
     name="prompt_lookup",
     reference="hf_prompt_lookup",
@@ -60,6 +74,7 @@ SPEC = DrafterSpec(
     summary="the tokens that followed the newest n-gram earlier in the prompt or output (Saxena 2023)",
     build=build,
     options=PromptLookupOptions,
+    serve=serve,
     in_default_race=False,  # lookahead already pools the context's n-grams; tick it to compare
     # In a batch of two or more rows a verified token costs the target real arithmetic, and the cost-aware cap
     # shortens the chain to what pays; at one row a longer chain costs next to nothing, and a cap only lost tokens.

@@ -147,6 +147,8 @@ class DrafterSpec:
     explain: Callable[[Any], str] | None = None  # options -> one line on what they build (the app shows it)
     reference: str | None = None  # transformers' row in the benchmark that does what this drafter does, if any
     budget: BudgetTraits = BudgetTraits()  # how a draft budget may shape its drafts
+    # (options, part path) -> engine.drafters.serving.Serving: how vLLM, SGLang and transformers run it; None: none do
+    serve: Callable[[Any, str | None], Any] | None = None
 
     @property
     def knobs(self) -> list[KnobField]:

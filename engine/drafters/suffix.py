@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from engine.decoding.tree import Draft
 from engine.drafters.base import DecodeState, Drafter
+from engine.drafters.serving import Serving
 from engine.drafters.spec import BudgetTraits, BuildContext, DrafterSpec, knob
 
 MAX_MATCH = 32  # the longest match scored: longer ones occur rarely, and the draft's size is capped anyway
@@ -196,6 +197,22 @@ def build(ctx: BuildContext) -> SuffixDrafter:
     return SuffixDrafter(o.tokens, o.factor, o.min_prob, session)
 
 
+def serve(o: SuffixOptions, part: str | None) -> Serving:
+    return Serving(
+        vllm={
+            "method": "suffix",
+            "num_speculative_tokens": o.tokens,
+            "suffix_decoding_max_spec_factor": o.factor,
+            "suffix_decoding_min_token_prob": o.min_prob,
+        },
+        notes=[
+            "vLLM's suffix decoding needs the arctic-inference package; its global tree holds finished requests, as "
+            "Glance's session tree holds earlier runs",
+            "SGLang and transformers have no suffix decoding",
+        ],
+    )
+
+
 SPEC = DrafterSpec(
     name="suffix",
     label="suffix decoding",
@@ -204,6 +221,7 @@ SPEC = DrafterSpec(
     "earlier outputs (Oliaro et al. 2024)",
     build=build,
     options=SuffixOptions,
+    serve=serve,
     # as prompt lookup's: host lookups cost next to nothing and the tree shrinks with the match by itself, so at one
     # row a cap only loses tokens (it tells no hindsight for the budget to learn from plain steps); capped in batches
     budget=BudgetTraits(depth_cap="batches"),

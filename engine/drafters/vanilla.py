@@ -19,6 +19,7 @@ import torch
 from engine.decoding.sampling import logits_to_probs, sample
 from engine.decoding.tree import Draft, additive_mask
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
+from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.runtime.cache import cache_length, check_window, pack_columns
@@ -275,6 +276,31 @@ def build(ctx: BuildContext) -> VanillaDrafter:
     )
 
 
+def serve(o: VanillaOptions, draft: str | None) -> Serving:
+    hf = {"assistant_model": draft, "num_assistant_tokens": o.gamma}
+    hf["num_assistant_tokens_schedule"] = "heuristic" if o.adaptive else "constant"
+    if o.confidence:
+        hf["assistant_confidence_threshold"] = o.confidence
+    notes = ["vLLM and SGLang keep gamma fixed: `adaptive` and the confidence stop are transformers' only"]
+    return Serving(
+        vllm={
+            "method": "draft_model",
+            "model": draft,
+            "num_speculative_tokens": o.gamma,
+            "draft_tensor_parallel_size": 1,
+        },
+        sglang={
+            "speculative-algorithm": "STANDALONE",
+            "speculative-draft-model-path": draft,
+            "speculative-num-steps": o.gamma,
+            "speculative-eagle-topk": 1,
+            "speculative-num-draft-tokens": o.gamma + 1,
+        },
+        transformers=hf,
+        notes=notes,
+    )
+
+
 SPEC = DrafterSpec(
     name="vanilla",
     reference="hf_assisted",  # transformers' assisted generation, with this drafter's draft model
@@ -283,6 +309,7 @@ SPEC = DrafterSpec(
     summary="a separate small draft model proposes a chain (Leviathan et al. 2023, Chen et al. 2023)",
     build=build,
     options=VanillaOptions,
+    serve=serve,
     part=PartSpec(
         "draft",
         "draft model for vanilla: hub id or local folder",

@@ -141,6 +141,7 @@ def train_eagle3(
         return loss, {f"ce{s}": v for s, v in enumerate(per_step)}
 
     t0 = time.time()
+
     def evaluate() -> list[dict]:
         return depth_accuracy(head, target, held, steps=ttt_steps)
 
