@@ -150,6 +150,7 @@ class LaneWidget(QFrame):
         self.match = QLabel("")
         self.match.setWordWrap(True)
         self.view = TokenView()
+        self.view.setMinimumHeight(3 * self.view.fontMetrics().lineSpacing())  # rows of lanes fit a small screen
         self.view.stepClicked.connect(lambda step: self.stepClicked.emit(self.name, step))
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)

@@ -1,12 +1,14 @@
-"""The race as it is seen: one lane per variant side by side, fed by events, repainted at most once a frame and only
-where something changed; also plays a saved run back, instantly or on its recorded clocks."""
+"""The race as it is seen: one lane per variant side by side (in more rows when they do not fit), fed by events,
+repainted at most once a frame and only where something changed; also plays a saved run back, instantly or on its
+recorded clocks."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QFrame, QGridLayout, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from app.charts import ChartsWidget
 from app.lane import LaneWidget
@@ -23,6 +25,14 @@ WELCOME = (
     "3. Press <b>Race</b> (Ctrl+R): one lane per ticked variant, tokens coloured by who proposed them.</p>"
 )
 SAMPLED = "sampled: distribution-exact, not token-identical"
+LANE_MIN_WIDTH = 170  # a lane's header items fit on their lines; lanes that would be narrower wrap to another row
+
+
+def grid_columns(lanes: int, width: int) -> int:
+    """Columns for `lanes` lanes in `width` pixels: as many as fit, balanced over the rows they need."""
+    fit = max(1, min(lanes, width // LANE_MIN_WIDTH))
+    rows = math.ceil(lanes / fit)
+    return math.ceil(lanes / rows)
 
 
 class RaceView(QWidget):
@@ -31,12 +41,23 @@ class RaceView(QWidget):
     def __init__(self, charts: ChartsWidget) -> None:
         super().__init__()
         self.charts = charts
-        self.layout_ = QHBoxLayout(self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
         self.welcome = QLabel(WELCOME)  # what an empty window says to do first
         self.welcome.setWordWrap(True)
         self.welcome.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.welcome.setObjectName("welcome")
-        self.layout_.addWidget(self.welcome)
+        outer.addWidget(self.welcome)
+        holder = QWidget()  # the lanes, in a scroll area: rows of lanes never push the window past a small screen
+        self.grid = QGridLayout(holder)
+        self.grid.setContentsMargins(0, 0, 0, 0)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(holder)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer.addWidget(self.scroll, 1)
+        self.columns = 0  # the grid's columns now (`grid_columns`)
         self.lanes: dict[str, LaneWidget] = {}
         self.settings: dict = {}  # the run's settings (sampling, dtype): why lanes may differ from the baseline
         self.show_rejected = False
@@ -58,7 +79,7 @@ class RaceView(QWidget):
         self.stop_replay()
         self.welcome.setVisible(False)
         for w in self.lanes.values():
-            self.layout_.removeWidget(w)
+            self.grid.removeWidget(w)
             w.deleteLater()
         self.lanes.clear()
         self.charts.clear()
@@ -68,9 +89,32 @@ class RaceView(QWidget):
             lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
             lane.stepClicked.connect(self.stepClicked)
-            self.layout_.addWidget(lane, 1)  # equal widths that do not jump as text arrives
             self.lanes[n] = lane
             self.charts.add_lane(n, lane.stats)
+        self.columns = 0
+        self.arrange()
+
+    def arrange(self) -> None:
+        """Place the lanes in as many columns as the width holds, in equal cells that do not jump as text arrives:
+        a race never makes the window wider than the screen."""
+        if not self.lanes:
+            return
+        columns = grid_columns(len(self.lanes), self.scroll.viewport().width())
+        if columns == self.columns:
+            return
+        for c in range(max(columns, self.columns)):
+            self.grid.setColumnStretch(c, 1 if c < columns else 0)
+        rows = math.ceil(len(self.lanes) / columns)
+        for r in range(max(rows, self.grid.rowCount())):
+            self.grid.setRowStretch(r, 1 if r < rows else 0)
+        for i, lane in enumerate(self.lanes.values()):
+            self.grid.removeWidget(lane)
+            self.grid.addWidget(lane, i // columns, i % columns)
+        self.columns = columns
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt naming)
+        super().resizeEvent(event)
+        self.arrange()
 
     def show_item(self, lane: str, item: StepEvent | RunSummary, text: StepText | None = None) -> None:
         """One event of a lane, with the text the app decoded for it (None: its tokens' ids are shown)."""

@@ -707,3 +707,16 @@ def test_export_serving_config_uses_the_race_settings_and_the_loaded_draft(qtbot
     assert '"num_speculative_tokens": 5' in page and str(win.model_panel.parts["draft"].text()) in page
     assert win.export_serving("vanilla", tmp_path / "no" / "such" / "serve.md") is None
     assert "cannot write" in win.banner.text()
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
+def test_a_race_of_every_lane_keeps_the_window_within_a_small_screen(qtbot, tmp_path, size, closing):
+    win = make_window(qtbot, tmp_path)  # the bundled models: every drafter has its part
+    closing(win)
+    win.resize(*size)
+    run_race(qtbot, win)
+    assert len(win.lanes) >= 6
+    QApplication.processEvents()
+    assert win.width() <= size[0] and win.height() <= size[1], (win.width(), win.height())
+    lanes = list(win.lanes.values())
+    assert all(lane.width() >= 150 for lane in lanes)  # wrapped into rows, not squeezed
