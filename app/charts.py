@@ -16,11 +16,12 @@ from PySide6.QtWidgets import QGraphicsView, QGridLayout, QWidget
 from app.theme import variant_color
 from engine import BASELINE, RunStats, RunSummary, StepEvent
 
+MIN_DEPTH_SAMPLES = 5  # acceptance at a depth from fewer steps than this is not plotted: one or two read as 0 or 1
 CHARTS = {
     "race": ("The race: tokens generated", "lane clock (s)", "tokens"),
     "accepted": ("Accepted length per step", "step", "tokens"),
     "histogram": ("Accepted lengths", "tokens per step", "steps"),
-    "depth": ("Acceptance by draft depth", "depth", "P(accept | reached)"),
+    "depth": (f"Acceptance by draft depth ({MIN_DEPTH_SAMPLES}+ steps; hover: counts)", "depth", "P(accept | reached)"),
 }
 SPECULATIVE_ONLY = ("accepted", "histogram", "depth")  # charts where plain decoding carries no information
 THEMES = {"dark": ("#14161c", "#c8ccd4"), "light": ("#ffffff", "#30343c")}  # background, axes and text
@@ -150,8 +151,15 @@ class ChartsWidget(QWidget):
             s.items["histogram"].setOpts(
                 x=np.array(lengths, dtype=float) + offset, height=[counts[k] for k in lengths], width=width
             )
-            rates = s.stats.acceptance_by_depth
-            s.items["depth"].setData(np.arange(1, len(rates) + 1), np.array(rates))
+            by_depth = s.stats.by_depth
+            shown = [d for d, n in enumerate(by_depth.reached) if n >= MIN_DEPTH_SAMPLES]  # too few: no point
+            rates = [by_depth.accepted[d] / by_depth.reached[d] for d in shown]
+            s.items["depth"].setData(np.array(shown, dtype=float) + 1, np.array(rates))
+            s.items["depth"].setToolTip(
+                f"{name}: "
+                + ", ".join(f"depth {d + 1}: {n} steps" for d, n in enumerate(by_depth.reached))
+                + f" (points need {MIN_DEPTH_SAMPLES})"
+            )
         self.dirty = False
 
     def clear(self) -> None:

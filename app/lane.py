@@ -11,7 +11,7 @@ from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QToolTip, QVBoxLayout
 
 from app.theme import ALARM, REJECTED, VERDICT, depth_shade, variant_color
-from engine import RunStats, RunSummary, StepEvent, StepText, node_depths
+from engine import RunStats, RunSummary, StepEvent, StepText, compare, node_depths
 
 
 @dataclass
@@ -106,7 +106,9 @@ STOP_WORDS = {"max_new_tokens": "reached max tokens", "eos": "end of text", "can
 HEADER_HELP = (
     "tok/s: new tokens per second on this lane's own clock · τ (tau): tokens emitted per verification step, the "
     "target's own token included (plain decoding: 1.00) · acc: accepted draft tokens / drafted · Nx: speed over "
-    "plain decoding in this race"
+    "plain decoding in this race, 'a tie' when within two standard errors of the two lanes' step times, 'no drafts' "
+    "when the lane never drafted (its speed then says nothing of drafting) · drafted: the share of its steps that "
+    "verified a draft"
 )
 
 
@@ -244,8 +246,11 @@ class LaneWidget(QFrame):
         s = self.stats
         acc = "–" if s.acceptance is None else f"{s.acceptance:.0%}"
         parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {s.tau:.2f}", f"acc {acc}", f"{s.new_tokens} tok"]
-        if baseline is not None and baseline is not self and baseline.stats.tokens_per_second > 0:
-            parts.append(f"{s.tokens_per_second / baseline.stats.tokens_per_second:.2f}x")
+        versus = compare(s, baseline.stats) if baseline is not None and baseline is not self else None
+        if versus is not None:
+            parts.append(versus.verdict)
+            if versus.drafted:
+                parts.append(f"drafted {versus.drafted:.0%} of steps")
         if s.pool_size is not None:
             hit = "–" if s.hit_rate is None else f"{s.hit_rate:.0%}"
             parts.append(f"pool {s.pool_size} · hit {hit}")

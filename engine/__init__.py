@@ -32,7 +32,7 @@ from engine.records.session_log import (
     read_session_logs,
     read_target_top,
 )
-from engine.records.stats import RunStats
+from engine.records.stats import RunStats, Speedup, compare
 from engine.records.tables import markdown_report, write_runs_csv, write_steps_csv
 from engine.registry import BASELINE, DRAFTERS, METHODS, parts
 from engine.session import RaceSettings, Session
@@ -60,8 +60,10 @@ __all__ = [
     "StepEvent",
     "StepText",
     "Serving",
+    "Speedup",
     "build_drafter",
     "check_same_vocabulary",
+    "compare",
     "copy_run",
     "installed",
     "is_chain",

@@ -71,6 +71,24 @@ def test_each_runs_speedup_is_against_the_plain_runs_of_its_prompt_and_the_table
     assert "m 0.50-1.00-4.00x" in suite_table(methods)
 
 
+def test_a_row_that_never_drafted_or_is_within_its_spread_is_not_shown_as_a_win():
+    def rec(method, prompt, seconds, drafted):
+        return {"method": method, "prompt_id": prompt, "repeat": 0, "category": "", "new_tokens": 20, "steps": 19,
+                "emitted": 19, "drafted_steps": drafted, "accepted": 0, "proposed_depth": 0, "wall_seconds": seconds,
+                "model_seconds": seconds, "matched": True}  # fmt: skip
+
+    records = []
+    for p in range(6):
+        jitter = 1 + 0.2 * (-1) ** p
+        records += [rec("ar", p, 1.0, 0), rec("lucky", p, 0.7 * jitter, 0), rec("close", p, 0.98 * jitter, 19)]
+        records += [rec("fast", p, 0.5, 19)]
+    methods = aggregate(records)
+    assert methods["lucky"]["verdict"] == "no drafts: plain steps" and methods["lucky"]["speedup"] > 1.3
+    assert methods["close"]["verdict"].endswith("a tie") and methods["fast"]["verdict"] == "2.00x"
+    table = suite_table(methods)
+    assert "| no drafts: plain steps | 0.00 |" in table and "a tie" in table
+
+
 def test_suite_runs_end_to_end_and_writes_valid_results(setup, tmp_path):
     results = run_benchmark(setup, PROMPTS, ALL)
     paths = write(results, tmp_path)

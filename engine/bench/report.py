@@ -30,8 +30,8 @@ def _ordered(methods: dict) -> list[str]:
 
 def suite_table(methods: dict, temperature: float = 0.0) -> str:
     head = (
-        "| method | tau | acceptance | per depth | tok/s | speedup | draft ms/step | verify ms/step | "
-        "overhead ms/step | same output as plain |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        "| method | tau | acceptance | per depth | tok/s | speedup | drafted steps | draft ms/step | verify ms/step | "
+        "overhead ms/step | same output as plain |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = []
     for m in _ordered(methods):
@@ -39,11 +39,17 @@ def suite_table(methods: dict, temperature: float = 0.0) -> str:
         depth = " ".join(f"{a:.2f}" for a in r.get("acceptance_by_depth", [])[:5]) or "–"
         rows.append(
             f"| {LABELS.get(m, m)} | {_fmt(r.get('tau'))} | {_fmt(r.get('acceptance'))} | {depth} | "
-            f"{_fmt(r['tokens_per_second'], 1)} | {_fmt(r.get('speedup'), 2, 'x')} | "
-            f"{_fmt(r.get('draft_ms_per_step'))} | {_fmt(r.get('verify_ms_per_step'))} | "
+            f"{_fmt(r['tokens_per_second'], 1)} | {r.get('verdict') or _fmt(r.get('speedup'), 2, 'x')} | "
+            f"{_fmt(r.get('drafted_share'), 2)} | {_fmt(r.get('draft_ms_per_step'))} | "
+            f"{_fmt(r.get('verify_ms_per_step'))} | "
             f"{_fmt(r.get('overhead_ms_per_step'))} | {r.get('matched_runs', 0)}/{r['runs']} |"
         )
     text = head + "\n".join(rows) + "\n"
+    text += (
+        "\n*speedup*: \"a tie\" when it is within two standard errors of the per-prompt speedups of 1.00x; \"no "
+        "drafts: plain steps\" when the method drafted on no step (its speed then says nothing of drafting). "
+        "*drafted steps*: the share of steps that verified a draft.\n"
+    )
     if temperature > 0:
         text += (
             "\n*same output as plain*: sampled runs draw different random numbers per method, so their texts are not "

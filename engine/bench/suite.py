@@ -19,7 +19,7 @@ from engine.errors import GlanceError
 from engine.heads.readout import candidates, draft_step
 from engine.models.chat import encode_prompt, stop_ids, use_chat
 from engine.models.loading import LoadedModel
-from engine.records.stats import RunStats
+from engine.records.stats import RunStats, Speedup
 from engine.registry import DRAFTERS
 from engine.runtime.forward import forward_for
 
@@ -107,6 +107,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
         "wall_seconds": s.wall_seconds,
         "model_seconds": clock.seconds,
         "steps": st.steps,
+        "drafted_steps": st.drafted_steps,
         "emitted": st.emitted,
         "accepted": st.accepted,
         "proposed_depth": st.proposed_depth,
@@ -201,6 +202,7 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
             calls = steps + len(runs)  # verification steps plus one prefill per run
             row |= {
                 "steps": int(steps),
+                "drafted_share": round(_sum(runs, "drafted_steps") / steps, 3),
                 "tau": round(_sum(runs, "emitted") / steps, 3),
                 "acceptance": round(_sum(runs, "accepted") / p, 3) if (p := _sum(runs, "proposed_depth")) else None,
                 "token_acceptance": round(sum(acc) / sum(reached), 3) if sum(reached) else None,
@@ -218,6 +220,9 @@ def aggregate(records: list[dict], setup: BenchSetup | None = None) -> dict:
         row["speedup"] = round(row["tokens_per_second"] / base, 3) if base else None
     for m, spread in _per_prompt_speedups(records).items():
         out[m]["speedup_per_prompt"] = [round(f(spread), 3) for f in (min, statistics.median, max)]
+        noise = 2 * statistics.stdev(spread) / len(spread) ** 0.5 if len(spread) > 1 else float("inf")
+        drafted = out[m].get("drafted_share", 1.0) if m not in REFERENCES else 1.0
+        out[m]["verdict"] = Speedup(out[m]["speedup"] or 0.0, drafted, noise).verdict  # "a tie", "no drafts"
     for spec in DRAFTERS:  # each method against transformers' row that does the same (vanilla: assisted generation)
         ref = out.get(spec.reference)
         if spec.name in out and ref and ref["tokens_per_second"]:

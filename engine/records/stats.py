@@ -10,6 +10,7 @@ the decoder's run summary, the app's lane headers and charts, the benchmark suit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from engine.decoding.tree import is_chain, node_depths
@@ -36,6 +37,8 @@ class RunStats:
     pool_size: int | None = None
     guess_steps: int = 0
     hit_steps: int = 0
+    drafted_steps: int = 0  # steps that verified at least one drafted token
+    cost: list[float] = field(default_factory=lambda: [0.0, 0.0])  # sum and sum of squares: a step's seconds a token
 
     def add(self, ev: StepEvent) -> None:
         self.tokens.extend(ev.tokens)
@@ -54,6 +57,10 @@ class RunStats:
             self.chain = self.chain and is_chain(ev.draft_parents)
             side = sum(map(len, ev.notes.window or []))
             self.verify_tokens += 1 + len(ev.draft_tokens) + side
+            self.drafted_steps += bool(ev.draft_tokens) or bool(side)
+            per_token = (ev.draft_seconds + ev.verify_seconds) / max(1, len(ev.tokens))
+            self.cost[0] += per_token
+            self.cost[1] += per_token * per_token
         if ev.notes.pool_size is not None:
             self.pool_size = ev.notes.pool_size
             if ev.notes.ngrams:
@@ -80,3 +87,42 @@ class RunStats:
     def hit_rate(self) -> float | None:
         """Lookahead: of the steps that verified pooled n-grams, the share that accepted at least one token."""
         return self.hit_steps / self.guess_steps if self.guess_steps else None
+
+    @property
+    def drafted_share(self) -> float:
+        return self.drafted_steps / self.steps if self.steps else 0.0
+
+    def cost_spread(self) -> float:
+        """The relative standard error of the mean step cost a token: how far this run's speed is known."""
+        n, total, squares = self.steps, self.cost[0], self.cost[1]
+        if n < 2 or total <= 0:
+            return math.inf
+        mean = total / n
+        var = max(0.0, squares / n - mean * mean) * n / (n - 1)
+        return math.sqrt(var / n) / mean
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A lane's speed over plain decoding's in the same race, with what it rests on."""
+
+    value: float  # throughput over plain decoding's
+    drafted: float  # share of the lane's steps that verified a draft
+    noise: float  # two standard errors of the two runs' step costs combined: a smaller difference is a tie
+
+    @property
+    def verdict(self) -> str:
+        """ "1.32x", "1.03x, a tie", or "no drafts: plain steps" for a lane whose speed says nothing of drafting."""
+        if self.drafted == 0:
+            return "no drafts: plain steps"
+        if abs(self.value - 1.0) <= self.noise:
+            return f"{self.value:.2f}x, a tie"
+        return f"{self.value:.2f}x"
+
+
+def compare(lane: RunStats, plain: RunStats) -> Speedup | None:
+    """`lane`'s speedup over `plain` (None before both have a speed)."""
+    if lane.tokens_per_second <= 0 or plain.tokens_per_second <= 0:
+        return None
+    noise = 2.0 * math.hypot(lane.cost_spread(), plain.cost_spread())
+    return Speedup(lane.tokens_per_second / plain.tokens_per_second, lane.drafted_share, noise)
