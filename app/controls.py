@@ -103,11 +103,12 @@ class ModelPanel(QGroupBox):
         self.dtype = QComboBox()
         self.dtype.addItems(["auto", "float32", "bfloat16", "float16"])
         self.allow_download = QCheckBox("allow hub downloads")
-        self.compile = QCheckBox("compile (faster after a warm-up)")
+        self.compile = QCheckBox()
+        self.set_compile_time(None)
         self.compile.setToolTip(
             "torch.compile: compiles the target's and the draft model's forwards and the EAGLE heads' drafting "
-            "steps once when loading (20-70 s on a CPU, with progress); every method decodes faster after. Off: load "
-            "at once and run eager."
+            "steps when loading (with progress); every method decodes faster after. Off (the default): the models "
+            "load in seconds and race eager; each lane's title says which forward it ran."
         )
         self.load = QPushButton("Load")
         self.busy = QProgressBar()
@@ -131,6 +132,11 @@ class ModelPanel(QGroupBox):
         form.addRow(self.load, self.busy)
         form.addRow(self.stage)
         form.addRow(self.info)
+
+    def set_compile_time(self, seconds: float | None) -> None:
+        """Say what compiling costs: what it took on this machine last time, once known."""
+        cost = f"took {seconds:.0f} s here last time" if seconds else "minutes on a small CPU"
+        self.compile.setText(f"compile when loading ({cost}; faster races after)")
 
     def part_paths(self) -> dict[str, str]:
         return {key: edit.text().strip() for key, edit in self.parts.items()}
@@ -307,7 +313,8 @@ def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel
         edit.setText(get(key, ""))
     models.device.setCurrentText(get("device", "auto"))
     models.dtype.setCurrentText(get("dtype", "auto"))
-    models.compile.setChecked(get("compile", True, bool))
+    models.compile.setChecked(get("compile", False, bool))  # a first race in seconds; compiling is asked for
+    models.set_compile_time(get("compile_seconds", 0.0, float) or None)
     prompt.text.setPlainText(get("prompt", DEFAULT_PROMPT))
     gen.max_new.setValue(get("max_new", 64, int))
     gen.temperature.setValue(get("temperature", 0.0, float))

@@ -316,7 +316,12 @@ class MainWindow(QMainWindow):
         self.opened_log = None  # the screen shows this race now: Export writes its log
         self.inspector.clear()
         target = self.controller.session.target
-        self.race_view.reset(methods, settings.describe() | {"dtype": str(target.dtype).removeprefix("torch.")})
+        compiled = any(r.compiled for r in self.controller.session.compiled)
+        self.race_view.reset(
+            methods,
+            settings.describe()
+            | {"dtype": str(target.dtype).removeprefix("torch."), "forward": "compiled" if compiled else "eager"},
+        )
         self._set_running(Job.RACE)
 
     def run_benchmark(self) -> None:
@@ -393,6 +398,10 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, session) -> None:
         self.model_panel.info.setText("\n".join(session.summary_lines()))
+        seconds = sum(r.seconds for r in session.compiled)
+        if seconds:
+            self.settings.setValue("compile_seconds", seconds)
+            self.model_panel.set_compile_time(seconds)
         self.prompt_panel.set_chat_available(session.has_chat_template)
         self.statusBar().showMessage("models loaded")
 

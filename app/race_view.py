@@ -84,8 +84,9 @@ class RaceView(QWidget):
         self.lanes.clear()
         self.charts.clear()
         self.settings = settings
+        forward = settings.get("forward")
         for n in names:
-            lane = LaneWidget(n)
+            lane = LaneWidget(n, f"{n} · {forward}" if forward else None)
             lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
             lane.stepClicked.connect(self.stepClicked)

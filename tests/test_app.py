@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gui
 
 def make_window(qtbot, tmp_path, target="", draft="", max_new=24, dtype="float32", compile=False):
     settings = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    settings.setValue("compile", compile)  # the app's default is on; most tests skip the warm-up
+    settings.setValue("compile", compile)  # off, as the app starts; a test that compiles says so
     settings.setValue("target", target)
     settings.setValue("draft", draft)
     settings.setValue("max_new", max_new)
@@ -659,7 +659,8 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
     win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave", autoload=False)
     qtbot.addWidget(win)
     closing(win)
-    assert win.model_panel.compile.isChecked()  # on by default: the bench shows it winning on every method
+    assert not win.model_panel.compile.isChecked()  # off by default: a first race in seconds
+    win.model_panel.compile.setChecked(True)
     win.model_panel.target.setText(str(model_folders["target"]))  # the target alone: compiling is what is tested
     win.model_panel.dtype.setCurrentText("float32")
     seen: list[str] = []
@@ -676,6 +677,8 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
         win.gen_panel.max_new.setValue(16)
         run_race(qtbot, win, ["ar", "lookahead"])
         assert win.lanes["lookahead"].stats.tokens == win.lanes["ar"].stats.tokens
+        assert win.lanes["ar"].title.text() == "ar · compiled"
+        assert "took" in win.model_panel.compile.text() and float(settings.value("compile_seconds")) > 0
     finally:
         uncompile(win.controller.session.target.model)
 
@@ -720,3 +723,16 @@ def test_a_race_of_every_lane_keeps_the_window_within_a_small_screen(qtbot, tmp_
     assert win.width() <= size[0] and win.height() <= size[1], (win.width(), win.height())
     lanes = list(win.lanes.values())
     assert all(lane.width() >= 150 for lane in lanes)  # wrapped into rows, not squeezed
+
+
+def test_a_fresh_window_loads_eager_and_each_lane_says_which_forward_it_ran(qtbot, tmp_path, model_folders, closing):
+    settings = QSettings(str(tmp_path / "fresh.ini"), QSettings.Format.IniFormat)  # nothing saved: first launch
+    settings.setValue("target", str(model_folders["target"]))
+    settings.setValue("draft", str(model_folders["copy"]))
+    win = MainWindow(settings=settings, autosave_dir=tmp_path / "autosave")
+    qtbot.addWidget(win)
+    closing(win)
+    assert not win.model_panel.compile.isChecked() and "minutes on a small CPU" in win.model_panel.compile.text()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    run_race(qtbot, win, ["ar", "vanilla"])
+    assert [lane.title.text() for lane in win.lanes.values()] == ["ar · eager", "vanilla · eager"]
