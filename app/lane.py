@@ -10,8 +10,9 @@ from PySide6.QtCore import QEvent, Signal
 from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QFrame, QLabel, QTextEdit, QToolTip, QVBoxLayout
 
+from app.decomposition import DecompositionView
 from app.theme import ALARM, REJECTED, VERDICT, depth_shade, variant_color
-from engine import RunStats, RunSummary, StepEvent, StepText, compare, node_depths
+from engine import RunStats, RunSummary, StepEvent, StepText, compare, decompose, node_depths
 
 
 @dataclass
@@ -151,12 +152,13 @@ class LaneWidget(QFrame):
         self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing())  # token areas start level
         self.match = QLabel("")
         self.match.setWordWrap(True)
+        self.decomposition = DecompositionView(self.color)
         self.view = TokenView()
         self.view.setMinimumHeight(3 * self.view.fontMetrics().lineSpacing())  # rows of lanes fit a small screen
         self.view.stepClicked.connect(lambda step: self.stepClicked.emit(self.name, step))
         lay = QVBoxLayout(self)
         lay.setContentsMargins(6, 6, 6, 6)
-        for w in (self.title, self.header, self.match):
+        for w in (self.title, self.header, self.decomposition, self.match):
             lay.addWidget(w)
         lay.addWidget(self.view, 1)
         self._formats: dict[tuple, QTextCharFormat] = {}
@@ -247,6 +249,7 @@ class LaneWidget(QFrame):
         acc = "–" if s.acceptance is None else f"{s.acceptance:.0%}"
         parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {s.tau:.2f}", f"acc {acc}", f"{s.new_tokens} tok"]
         versus = compare(s, baseline.stats) if baseline is not None and baseline is not self else None
+        self.decomposition.show_parts(decompose(s, baseline.stats) if versus is not None and versus.drafted else None)
         if versus is not None:
             parts.append(versus.verdict)
             if versus.drafted:
@@ -293,6 +296,7 @@ class LaneWidget(QFrame):
         self.view.reset()
         _set_text(self.header, "waiting")
         _set_text(self.match, "")
+        self.decomposition.show_parts(None)
 
     def text(self) -> str:
         return self.view.toPlainText()

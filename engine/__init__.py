@@ -32,7 +32,7 @@ from engine.records.session_log import (
     read_session_logs,
     read_target_top,
 )
-from engine.records.stats import RunStats, Speedup, compare
+from engine.records.stats import Decomposition, RunStats, Speedup, compare, decompose
 from engine.records.tables import markdown_report, write_runs_csv, write_steps_csv
 from engine.registry import BASELINE, DRAFTERS, METHODS, parts
 from engine.session import RaceSettings, Session
@@ -40,6 +40,7 @@ from engine.session import RaceSettings, Session
 __all__ = [
     "BASELINE",
     "DRAFTERS",
+    "Decomposition",
     "BatchResult",
     "BudgetNote",
     "Decoder",
@@ -65,6 +66,7 @@ __all__ = [
     "check_same_vocabulary",
     "compare",
     "copy_run",
+    "decompose",
     "installed",
     "is_chain",
     "load_model",

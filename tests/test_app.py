@@ -736,3 +736,17 @@ def test_a_fresh_window_loads_eager_and_each_lane_says_which_forward_it_ran(qtbo
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     run_race(qtbot, win, ["ar", "vanilla"])
     assert [lane.title.text() for lane in win.lanes.values()] == ["ar · eager", "vanilla · eager"]
+
+
+def test_the_decomposition_multiplies_back_to_the_measured_speedup(qtbot, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla", "prompt_lookup"])
+    plain = win.lanes["ar"].stats
+    for name in ("vanilla", "prompt_lookup"):
+        lane = win.lanes[name]
+        parts = lane.decomposition.bar.parts
+        assert lane.decomposition.isVisible() and parts is not None
+        measured = lane.stats.tokens_per_second / plain.tokens_per_second
+        assert parts.speedup == pytest.approx(measured, rel=0.05), name
+        assert f"= {parts.speedup:.2f}x" in lane.decomposition.text.text()
+        assert "ms" in lane.decomposition.toolTip()

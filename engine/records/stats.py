@@ -126,3 +126,31 @@ def compare(lane: RunStats, plain: RunStats) -> Speedup | None:
         return None
     noise = 2.0 * math.hypot(lane.cost_spread(), plain.cost_spread())
     return Speedup(lane.tokens_per_second / plain.tokens_per_second, lane.drafted_share, noise)
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """Why a lane is as fast as it is: speedup = tau / (draft + verify + other), each part in plain-decoding steps
+    (plain decoding's seconds per token in the same race) per verification step of the lane; `other` is the prompt's
+    prefill spread over the lane's steps."""
+
+    tau: float
+    draft: float
+    verify: float
+    other: float
+    plain_ms: float  # one plain step, in milliseconds
+
+    @property
+    def speedup(self) -> float:
+        cost = self.draft + self.verify + self.other
+        return self.tau / cost if cost > 0 else 0.0
+
+
+def decompose(lane: RunStats, plain: RunStats) -> Decomposition | None:
+    """`lane`'s speedup over `plain` taken apart (None before both have run a step)."""
+    if not lane.steps or not plain.new_tokens or plain.clock <= 0:
+        return None
+    step = plain.clock / plain.new_tokens  # seconds per plain token, its prefill included
+    n = lane.steps * step
+    other = max(0.0, lane.clock - lane.draft_seconds - lane.verify_seconds)
+    return Decomposition(lane.tau, lane.draft_seconds / n, lane.verify_seconds / n, other / n, step * 1e3)
