@@ -14,8 +14,8 @@ class Job(StrEnum):
 
     @property
     def stoppable(self) -> bool:
-        """Whether Stop ends it (a load runs to the end)."""
-        return self is not Job.LOAD
+        """Whether Stop ends it: every job checks the cancel flag (a load between parts and compile shapes)."""
+        return True
 
     @property
     def live_charts(self) -> bool:

@@ -164,6 +164,8 @@ class MainWindow(QMainWindow):
         self.race_view.show_rejected = self.gen_panel.show_rejected.isChecked()
         self.gen_panel.show_rejected.toggled.connect(self.race_view.set_show_rejected)
         self.race_view.stepClicked.connect(self.inspect)
+        # Stop (Esc) also ends a replay at recorded speed, which runs on a timer rather than as a job
+        self.race_view.replaying.connect(lambda on: self.stop_button.setEnabled(on or bool(self.job)))
         self.apply_theme(self.settings.value("theme", "dark"))
         if autoload:
             self.load_models()

@@ -37,6 +37,7 @@ def grid_columns(lanes: int, width: int) -> int:
 
 class RaceView(QWidget):
     stepClicked = Signal(str, int)  # lane, step: a token or a chart point was clicked
+    replaying = Signal(bool)  # a replay at recorded speed started (True) or ended or was stopped (False)
 
     def __init__(self, charts: ChartsWidget) -> None:
         super().__init__()
@@ -178,10 +179,14 @@ class RaceView(QWidget):
         self.replay_queue = sorted(items, key=lambda x: x[0])
         self.replay_started = time.perf_counter()
         self.replay_timer.start()
+        self.replaying.emit(True)
 
     def stop_replay(self) -> None:
+        active = self.replay_timer.isActive()
         self.replay_queue.clear()
         self.replay_timer.stop()
+        if active:
+            self.replaying.emit(False)
 
     def _replay_tick(self) -> None:
         elapsed = time.perf_counter() - self.replay_started
@@ -190,6 +195,7 @@ class RaceView(QWidget):
             self.show_item(lane, item, text)
         if not self.replay_queue:
             self.replay_timer.stop()
+            self.replaying.emit(False)
 
     def stop(self) -> None:
         self.frame.stop()

@@ -750,3 +750,18 @@ def test_the_decomposition_multiplies_back_to_the_measured_speedup(qtbot, tiny_w
         assert parts.speedup == pytest.approx(measured, rel=0.05), name
         assert f"= {parts.speedup:.2f}x" in lane.decomposition.text.text()
         assert "ms" in lane.decomposition.toolTip()
+
+
+def test_stop_ends_a_replay_at_recorded_speed_and_a_load(qtbot, tmp_path, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    log = win.export_to(tmp_path / "log")[0]
+    open_and_wait(qtbot, win, log, recorded_speed=True)
+    assert win.replay_timer.isActive() and win.stop_button.isEnabled()
+    win.stop_button.click()
+    assert not win.replay_timer.isActive() and not win.stop_button.isEnabled()
+    win.load_models()  # a load is stopped as a race is: the models loaded before stay
+    assert win.stop_button.isEnabled()
+    win.stop_button.click()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    assert win.models is not None
