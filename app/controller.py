@@ -171,6 +171,13 @@ class Controller(QObject):
 
         self._start(Job.BENCHMARK, job)
 
+    def time_forwards(self, widths) -> None:
+        """Time the loaded target's forwards over `widths` tokens on the worker thread (the "Why" tab)."""
+        session = self.session
+        if session is None:
+            raise GlanceError("no model is loaded: press Load first")
+        self._start(Job.TIMING, lambda worker: session.forward_costs(widths, worker.cancel.is_set))
+
     def read_log(self, path: Path) -> None:
         """Read a session log on the worker thread (a 200 MB log takes seconds): its runs, with progress in KB."""
 

@@ -11,6 +11,7 @@ class Job(StrEnum):
     RACE = "race"  # every chosen lane on one prompt: the result is how it ended
     BENCHMARK = "benchmark"  # the prompt suite or the batch sweep: the result is their results
     OPEN = "open"  # read a session log: the result is the log's runs
+    TIMING = "timing"  # time the target's forwards over a range of widths: the result is their costs
 
     @property
     def stoppable(self) -> bool:

@@ -38,6 +38,8 @@ from app.inspector import StepInspector
 from app.jobs import Job
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
+from app.why_view import WIDTHS as WHY_WIDTHS
+from app.why_view import WhyView
 from engine import (
     DrafterOptions,
     GlanceError,
@@ -124,6 +126,9 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.inspector, "Step inspector")
         self.bench = BenchmarkTab()
         self.tabs.addTab(self.bench, "Benchmark")
+        self.why = WhyView()
+        self.why.timeRequested.connect(self.time_forwards)
+        self.tabs.addTab(self.why, "Why")
         right = QSplitter(Qt.Orientation.Vertical)
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -395,7 +400,9 @@ class MainWindow(QMainWindow):
             self._finish_job()
             self._show_log(result)
             return
-        {Job.LOAD: self._loaded, Job.RACE: self._raced, Job.BENCHMARK: self._benchmarked}[name](result)
+        handlers = {Job.LOAD: self._loaded, Job.RACE: self._raced, Job.BENCHMARK: self._benchmarked}
+        handlers[Job.TIMING] = lambda costs: self.why.set_costs(costs, self.controller.session.device_name)
+        handlers[name](result)
         self._finish_job()
 
     def _loaded(self, session) -> None:
@@ -409,10 +416,15 @@ class MainWindow(QMainWindow):
 
     def _raced(self, how: str) -> None:
         self._render_frame()
+        self.why.set_lanes(
+            {n: lane.stats.verify_tokens / lane.stats.steps for n, lane in self.lanes.items() if lane.stats.steps}
+        )
         self.statusBar().showMessage(f"race {how}; log: {self.log_path}")
 
     def _benchmarked(self, results) -> None:
         self.bench.show_results(results)
+        if "sweep" in results:
+            self.why.set_sweep(results["sweep"])
         self.statusBar().showMessage("benchmark finished")
 
     def _on_failed(self, name: Job, message: str) -> None:
@@ -461,6 +473,13 @@ class MainWindow(QMainWindow):
             return []
         self.statusBar().showMessage(f"exported {len(written)} files to {folder}")
         return written
+
+    def time_forwards(self) -> None:
+        """The "Why" tab's button: time the target's forwards from 1 to 64 tokens on the worker thread."""
+        if not self._ready_to_run():
+            return
+        self.controller.time_forwards(WHY_WIDTHS)
+        self._set_running(Job.TIMING)
 
     def _ask_serving(self) -> None:
         from PySide6.QtWidgets import QInputDialog

@@ -137,6 +137,24 @@ class Session:
             if cancel is not None and cancel():
                 raise Cancelled("loading cancelled")
 
+    def forward_costs(self, widths, cancel: Callable[[], bool] | None = None) -> dict[int, float]:
+        """The target's steady seconds for one forward over each of `widths` new tokens (one row, after a short
+        prompt), measured once a session: where this device stops being memory bound."""
+        from engine.runtime.forward_timing import measured_once
+
+        costs = measured_once(self.target.model, 1, widths, cancel)
+        if cancel is not None and cancel():
+            raise Cancelled("timing cancelled")
+        return costs
+
+    @property
+    def device_name(self) -> str:
+        """The device the target runs on, in words."""
+        from engine.runtime.machine import cpu_name
+
+        device = next(self.target.model.parameters()).device
+        return torch.cuda.get_device_name(device) if device.type == "cuda" else f"{device.type} ({cpu_name()})"
+
     def compile_models(self, progress=None, cancel: Callable[[], bool] | None = None) -> list[CompileReport]:
         """Compile the target's forward, then each loaded part as its drafter's spec declares (`PartSpec.compile`:
         the draft model's forward, the EAGLE heads' drafting steps, Medusa's read-out), warmed up; the reports say how

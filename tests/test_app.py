@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.export import EXPORT_FILES
 from app.main_window import MainWindow
+from app.why_view import WIDTHS as WHY_WIDTHS
 from engine.models.loading import BUNDLED_TARGET
 
 pytestmark = pytest.mark.gui
@@ -765,3 +766,15 @@ def test_stop_ends_a_replay_at_recorded_speed_and_a_load(qtbot, tmp_path, tiny_w
     win.stop_button.click()
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     assert win.models is not None
+
+
+def test_the_why_tab_times_the_target_and_marks_each_lane(qtbot, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    assert set(win.why.lanes) == {"ar", "vanilla"} and win.why.lanes["vanilla"] > win.why.lanes["ar"] == 1.0
+    win.time_forwards()
+    qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
+    assert sorted(win.why.costs) == list(WHY_WIDTHS) and "cpu" in win.why.device
+    win.why.set_sweep({"methods": ["ar", "vanilla"], "batch_sizes": [1, 2],
+                       "rows": {1: {"vanilla": {"speedup": 1.2}}, 2: {"vanilla": {"speedup": 0.9}}}})  # fmt: skip
+    assert "no faster than plain from batch 2" in win.why.note.text()

@@ -46,8 +46,8 @@ def suite_table(methods: dict, temperature: float = 0.0) -> str:
         )
     text = head + "\n".join(rows) + "\n"
     text += (
-        "\n*speedup*: \"a tie\" when it is within two standard errors of the per-prompt speedups of 1.00x; \"no "
-        "drafts: plain steps\" when the method drafted on no step (its speed then says nothing of drafting). "
+        '\n*speedup*: "a tie" when it is within two standard errors of the per-prompt speedups of 1.00x; "no '
+        'drafts: plain steps" when the method drafted on no step (its speed then says nothing of drafting). '
         "*drafted steps*: the share of steps that verified a draft.\n"
     )
     if temperature > 0:
