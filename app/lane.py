@@ -130,6 +130,7 @@ class LaneWidget(QFrame):
     """Title, stats header and token view of one variant."""
 
     stepClicked = Signal(str, int)  # lane name, step
+    guideRequested = Signal(str)  # lane name: its method's card was asked for
 
     def __init__(self, name: str, label: str | None = None) -> None:
         super().__init__()
@@ -142,7 +143,9 @@ class LaneWidget(QFrame):
         self.show_rejected = False
         self.pending: list[StepEvent] = []
         self.dirty = False  # something arrived since the last render: the next frame redraws this lane
-        self.title = QLabel(label or name)
+        self.title = QLabel(f"{label or name} <a href='guide' style='color: gray'>(what is this?)</a>")
+        self.title.setToolTip("open the guide card of this method")
+        self.title.linkActivated.connect(lambda _: self.guideRequested.emit(self.name))
         self.title.setObjectName("laneTitle")
         self.title.setStyleSheet(f"color: {self.color.name()}")
         self.header = QLabel("waiting")

@@ -36,6 +36,7 @@ from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_setting
 from app.export import export_session
 from app.inspector import StepInspector
 from app.jobs import Job
+from app.method_card import card_html
 from app.race_view import RaceView
 from app.theme import app_icon, style_sheet
 from app.why_view import WIDTHS as WHY_WIDTHS
@@ -169,6 +170,7 @@ class MainWindow(QMainWindow):
         self.race_view.show_rejected = self.gen_panel.show_rejected.isChecked()
         self.gen_panel.show_rejected.toggled.connect(self.race_view.set_show_rejected)
         self.race_view.stepClicked.connect(self.inspect)
+        self.race_view.guideRequested.connect(self.show_guide)
         # Stop (Esc) also ends a replay at recorded speed, which runs on a timer rather than as a job
         self.race_view.replaying.connect(lambda on: self.stop_button.setEnabled(on or bool(self.job)))
         self.apply_theme(self.settings.value("theme", "dark"))
@@ -473,6 +475,18 @@ class MainWindow(QMainWindow):
             return []
         self.statusBar().showMessage(f"exported {len(written)} files to {folder}")
         return written
+
+    def show_guide(self, method: str) -> None:
+        """The method's card (app/method_card.py), in a dialog that does not block the race."""
+        from PySide6.QtWidgets import QMessageBox
+
+        box = QMessageBox(self)
+        box.setWindowTitle(f"Glance: {method}")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setText(card_html(method))
+        box.setModal(False)
+        box.show()
+        self.guide = box  # kept for tests and so the dialog is not collected
 
     def time_forwards(self) -> None:
         """The "Why" tab's button: time the target's forwards from 1 to 64 tokens on the worker thread."""

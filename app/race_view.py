@@ -37,6 +37,7 @@ def grid_columns(lanes: int, width: int) -> int:
 
 class RaceView(QWidget):
     stepClicked = Signal(str, int)  # lane, step: a token or a chart point was clicked
+    guideRequested = Signal(str)  # a lane's title link: show its method's card
     replaying = Signal(bool)  # a replay at recorded speed started (True) or ended or was stopped (False)
 
     def __init__(self, charts: ChartsWidget) -> None:
@@ -91,6 +92,7 @@ class RaceView(QWidget):
             lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
             lane.stepClicked.connect(self.stepClicked)
+            lane.guideRequested.connect(self.guideRequested)
             self.lanes[n] = lane
             self.charts.add_lane(n, lane.stats)
         self.columns = 0

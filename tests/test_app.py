@@ -678,7 +678,7 @@ def test_the_app_compiles_at_load_with_progress_and_says_how_long_it_took(qtbot,
         win.gen_panel.max_new.setValue(16)
         run_race(qtbot, win, ["ar", "lookahead"])
         assert win.lanes["lookahead"].stats.tokens == win.lanes["ar"].stats.tokens
-        assert win.lanes["ar"].title.text() == "ar · compiled"
+        assert win.lanes["ar"].title.text().startswith("ar · compiled ")
         assert "took" in win.model_panel.compile.text() and float(settings.value("compile_seconds")) > 0
     finally:
         uncompile(win.controller.session.target.model)
@@ -736,7 +736,7 @@ def test_a_fresh_window_loads_eager_and_each_lane_says_which_forward_it_ran(qtbo
     assert not win.model_panel.compile.isChecked() and "minutes on a small CPU" in win.model_panel.compile.text()
     qtbot.waitUntil(lambda: win.job is None, timeout=120_000)
     run_race(qtbot, win, ["ar", "vanilla"])
-    assert [lane.title.text() for lane in win.lanes.values()] == ["ar · eager", "vanilla · eager"]
+    assert [lane.title.text().split(" <a")[0] for lane in win.lanes.values()] == ["ar · eager", "vanilla · eager"]
 
 
 def test_the_decomposition_multiplies_back_to_the_measured_speedup(qtbot, tiny_window):
@@ -778,3 +778,14 @@ def test_the_why_tab_times_the_target_and_marks_each_lane(qtbot, tiny_window):
     win.why.set_sweep({"methods": ["ar", "vanilla"], "batch_sizes": [1, 2],
                        "rows": {1: {"vanilla": {"speedup": 1.2}}, 2: {"vanilla": {"speedup": 0.9}}}})  # fmt: skip
     assert "no faster than plain from batch 2" in win.why.note.text()
+
+
+def test_each_lane_links_to_its_method_card(qtbot, tiny_window):
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    win.lanes["vanilla"].title.linkActivated.emit("guide")
+    text = win.guide.text()
+    assert "vanilla" in text and "Needs:" in text and "draft tokens per step" in text and "docs/METHODS.md" in text
+    from app.method_card import card_html
+
+    assert "no training" in card_html("prompt_lookup") and "typical acceptance" in card_html("medusa")
