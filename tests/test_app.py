@@ -789,3 +789,20 @@ def test_each_lane_links_to_its_method_card(qtbot, tiny_window):
     from app.method_card import card_html
 
     assert "no training" in card_html("prompt_lookup") and "typical acceptance" in card_html("medusa")
+
+
+@pytest.mark.slow
+def test_the_real_model_is_one_click_away_and_gets_a_question(qtbot, tmp_path, closing):
+    from engine import installed
+
+    if "SmolLM2-135M-Instruct" not in installed():
+        pytest.skip("SmolLM2 is not installed: python main.py models install smollm2")
+    win = make_window(qtbot, tmp_path)
+    closing(win)
+    assert win.model_panel.real.text() == "Race SmolLM2-135M-Instruct"
+    assert win.prompt_panel.text.toPlainText().startswith("class Stack:")  # the code model's default prompt
+    win.model_panel.real.click()
+    qtbot.waitUntil(lambda: win.job is None, timeout=300_000)
+    assert win.controller.session is not None and "SmolLM2" in win.controller.session.sources[0], win.banner.text()
+    assert win.prompt_panel.chat_wanted() and "sky is blue" in win.prompt_panel.text.toPlainText()
+    assert set(win.controller.session.parts) >= {"eagle3", "medusa"}
