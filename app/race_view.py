@@ -104,7 +104,10 @@ class RaceView(QWidget):
         a race never makes the window wider than the screen."""
         if not self.lanes:
             return
-        columns = grid_columns(len(self.lanes), self.scroll.viewport().width())
+        widest = max(lane.minimumSizeHint().width() for lane in self.lanes.values())
+        columns = grid_columns(
+            len(self.lanes), self.scroll.viewport().width() * LANE_MIN_WIDTH // max(widest, LANE_MIN_WIDTH)
+        )
         if columns == self.columns:
             return
         for c in range(max(columns, self.columns)):
@@ -147,6 +150,8 @@ class RaceView(QWidget):
         baseline_changed = baseline is not None and baseline.dirty and slow_due
         for lane in self.lanes.values():
             lane.render(baseline, reason, baseline_changed, headers=slow_due or lane.stats.summary is not None)
+        if slow_due:
+            self.arrange()  # headers grew: fewer columns where they no longer fit
         if slow_due:
             self.charts.refresh()
             self.charts_drawn = now

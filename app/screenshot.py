@@ -1,6 +1,7 @@
 """Take the README's screenshots from the real app: a race on the bundled models at 1600x1000 and 1280x800, the step
-inspector (an EAGLE-3 step with its draft-vocabulary ids, a lookahead step), and the Benchmark tab showing the batch
-sweep of docs/results/sweep/results.json, written into docs/.
+inspector (an EAGLE-3 step with its draft-vocabulary ids, a lookahead step), the Benchmark tab showing the batch
+sweep of docs/results/sweep/results.json and the Why tab, written into docs/; with --real, the same race and Why tab
+on SmolLM2.
 
 QT_QPA_PLATFORM=offscreen python -m app.screenshot
 QT_QPA_PLATFORM=offscreen python -m app.screenshot --real   # race_smollm2.png: SmolLM2 with a chat prompt
@@ -52,7 +53,32 @@ def real() -> None:
     win._render_frame()
     app.processEvents()
     win.grab().save(str(DOCS / "race_smollm2.png"))
+    win.resize(1280, 800)
+    settle(app)
+    win.grab().save(str(DOCS / "race_smollm2_1280.png"))
+    win.resize(1600, 1000)
+    why(app, win, "why_smollm2.png")
     win.close()
+
+
+def settle(app, seconds: float = 1.0) -> None:
+    """Let the layout settle at a new size."""
+    end = time.time() + seconds
+    while time.time() < end:
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def why(app, win, name: str) -> None:
+    """The Why tab after timing the target's forwards, with the race's lanes marked on the curve."""
+    win.time_forwards()
+    end = time.time() + 300
+    while win.job is not None and time.time() < end:
+        app.processEvents()
+        time.sleep(0.01)
+    win.tabs.setCurrentWidget(win.why)
+    settle(app)
+    win.grab().save(str(DOCS / name))
 
 
 def main() -> None:
@@ -111,6 +137,8 @@ def main() -> None:
         win.tabs.setCurrentWidget(win.bench)
         app.processEvents()
         win.grab().save(str(out / "benchmark.png"))
+        win.why.set_sweep(results["sweep"])
+    why(app, win, "why.png")
     win.close()
 
 

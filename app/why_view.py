@@ -67,11 +67,11 @@ class WhyView(QWidget):
         xs = list(self.costs)
         ys = [self.costs[k] / one for k in xs]
         self.plot.plot(xs, ys, pen=pg.mkPen("#90a4ae", width=2), symbol="o", name=f"target on {self.device}")
-        for lane, width in self.lanes.items():
+        for i, (lane, width) in enumerate(sorted(self.lanes.items(), key=lambda x: x[1])):
             color = variant_color(lane)
             line = pg.InfiniteLine(pos=width, angle=90, pen=pg.mkPen(color, width=2, style=pg.QtCore.Qt.DashLine))
             line.setToolTip(f"{lane}: {width:.1f} tokens verified per forward on average")
             self.plot.addItem(line)
             label = pg.TextItem(LABELS.get(lane, lane), color=color, anchor=(0, 1))
-            label.setPos(width, max(ys))
+            label.setPos(width, max(ys) - i * (max(ys) - 1) / max(8, len(self.lanes)))  # staggered: lanes sit close
             self.plot.addItem(label)
