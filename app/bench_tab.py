@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.estimate import PhaseClock
 from app.theme import variant_color
 from engine import GlanceError, SamplingConfig
 from engine.bench.reference import REFERENCES
@@ -79,6 +80,7 @@ class BenchmarkTab(QWidget):
         self.run = QPushButton("Run benchmark")
         self.export = QPushButton("Export…")
         self.export.setEnabled(False)
+        self.clock = PhaseClock()
         self.progress = QProgressBar()
         self.progress.setFormat("%v / %m  %p%")
         self.table = QTextBrowser()
@@ -156,12 +158,17 @@ class BenchmarkTab(QWidget):
     def set_running(self, running: bool) -> None:
         self.run.setEnabled(not running)
         if running:
+            self.clock = PhaseClock()
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
 
     def on_progress(self, done: int, total: int, what: str) -> None:
+        """The phase by name in the bar itself (the cost model's phase restarts the count), with an estimate."""
         self.progress.setRange(0, total)
         self.progress.setValue(done)
+        phase = next((p for p in ("cost model", "warm-up", "compiling") if what.startswith(p)), "runs")
+        left = self.clock.left(phase, done, total)
+        self.progress.setFormat(f"{phase}: %v / %m" + (f" · {left}" if left else ""))
         self.progress.setToolTip(what)
 
     def show_results(self, results: dict) -> None:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.estimate import PhaseClock
 from app.knobs import DrafterKnobs, narrow
 from app.theme import RESOURCES
 from engine import DRAFTERS, METHODS, installed, parts
@@ -160,6 +161,7 @@ class ModelPanel(QGroupBox):
         self.busy.setRange(0, 0)  # moving until the first progress report
         self.busy.setFormat("")
         self.busy.setVisible(busy)
+        self.clock = PhaseClock()
         self.stage.clear()
         self.stage.setVisible(busy)
         self.load.setEnabled(not busy)
@@ -171,7 +173,8 @@ class ModelPanel(QGroupBox):
         self.busy.setFormat(f"{done}/{total}")
         self.busy.setTextVisible(True)
         self.busy.setToolTip(what)
-        self.stage.setText(what)
+        left = self.clock.left("load", done, total) if total else ""
+        self.stage.setText(f"{what} · {left}" if left else what)
 
 
 class PromptPanel(QGroupBox):

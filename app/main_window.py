@@ -484,7 +484,7 @@ class MainWindow(QMainWindow):
 
     # ---- session log, export, replay --------------------------------------------------------------------------
     def _ask_export(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export session to folder")
+        folder = QFileDialog.getExistingDirectory(self, "Export session to folder", str(Path.home()))
         if folder:
             self.export_to(Path(folder))
 

@@ -808,3 +808,16 @@ def test_the_real_model_is_one_click_away_and_gets_a_question(qtbot, tmp_path, c
     assert win.controller.session is not None and "SmolLM2" in win.controller.session.sources[0], win.banner.text()
     assert win.prompt_panel.chat_wanted() and "sky is blue" in win.prompt_panel.text.toPlainText()
     assert set(win.controller.session.parts) >= {"eagle3", "medusa"}
+
+
+def test_a_long_phase_shows_an_estimate():
+    import time
+
+    from app.estimate import PhaseClock
+
+    clock = PhaseClock()
+    assert clock.left("runs", 0, 10) == ""  # a new phase: nothing measured yet
+    clock.started -= 4.0  # four seconds for the first two of ten
+    assert clock.left("runs", 2, 10) == "about 16 s left"
+    assert clock.left("cost model", 1, 3) == ""  # the phase changed: its own clock
+    assert time.perf_counter() - clock.started < 1
