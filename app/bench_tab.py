@@ -244,7 +244,7 @@ class BenchmarkTab(QWidget):
             raise GlanceError(f"cannot write the benchmark to {folder}: {exc.strerror or exc}") from None
 
     def _ask_export(self) -> None:
-        folder = QFileDialog.getExistingDirectory(self, "Export benchmark to folder")
+        folder = QFileDialog.getExistingDirectory(self, "Export benchmark to folder", str(Path.home()))
         if folder:
             try:
                 paths = self.export_to(Path(folder))

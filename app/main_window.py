@@ -454,6 +454,10 @@ class MainWindow(QMainWindow):
         self.bench.show_results(results)
         if "sweep" in results:
             self.why.set_sweep(results["sweep"])
+        if results.get("stopped"):
+            self.statusBar().showMessage(f"benchmark stopped during the {results['stopped']}: the runs it finished "
+                                         "are shown")  # fmt: skip
+            return
         self.statusBar().showMessage("benchmark finished")
 
     def _on_failed(self, name: Job, message: str) -> None:

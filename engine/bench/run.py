@@ -54,7 +54,8 @@ def run_benchmark(
     suite = run_suite(setup, prompts, methods, repeats, progress, cancel)
     results["suite"] = suite
     costs = forward_costs(target.model, cancel=cancel, progress=progress)
-    if not costs:  # stopped
+    if not costs:  # stopped: the suite's results stand, without the cost model
+        results["stopped"] = "cost model"
         return results
     results["cost_model"] = {
         "forward_ms": {k: round(v * 1e3, 3) for k, v in costs.items()},
