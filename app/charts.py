@@ -86,6 +86,8 @@ class ChartsWidget(QWidget):
             w.setLabel("bottom", CHARTS[key][1], color=ink)
             w.setLabel("left", CHARTS[key][2], color=ink)
         self.legend.setLabelTextColor(ink)
+        for _, label in self.legend.items:  # the labels already shown too, not only the next race's
+            label.setText(label.text, color=ink)
 
     def add_lane(self, name: str, stats: RunStats) -> None:
         """Series for one lane, reading the lane's running statistics (not a second copy fed the same events)."""

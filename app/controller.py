@@ -44,6 +44,13 @@ class PieceDecoder:
         return out
 
 
+def readable(tokenizer, token: int) -> str:
+    """One token's text; a special token (an end of turn) by its name, as `[im_end]`, not its raw markup."""
+    if token in set(tokenizer.all_special_ids):
+        return "[" + str(tokenizer.convert_ids_to_tokens(token)).strip("<|>") + "]"
+    return tokenizer.decode([token])
+
+
 def rejected_tokens(ev: StepEvent) -> list[int]:
     """Draft tokens after the accepted path, along first children: the guess the target corrected."""
     node = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
@@ -240,7 +247,7 @@ class Controller(QObject):
         text = None
         if isinstance(item, StepEvent) and lane in self.decoders:
             decoder = self.decoders[lane]
-            rejected = [decoder.tokenizer.decode([t]) for t in rejected_tokens(item)]
+            rejected = [readable(decoder.tokenizer, t) for t in rejected_tokens(item)]
             text = StepText(decoder.pieces(item.tokens), rejected)
         log = self.log
         if log is not None:

@@ -103,3 +103,4 @@ class StepInspector(QWidget):
             self.tree.addTopLevelItem(window)
             self.tree.addTopLevelItem(grams)
         self.tree.expandAll()
+        self.tree.resizeColumnToContents(0)  # deep nodes are indented: their names are not cut to "nod..."

@@ -148,7 +148,7 @@ class LaneWidget(QFrame):
         self.title.setToolTip("open the guide card of this method")
         self.title.linkActivated.connect(lambda _: self.guideRequested.emit(self.name))
         self.title.setObjectName("laneTitle")
-        self.title.setStyleSheet(f"color: {self.color.name()}")
+        self.set_theme("dark")
         self.header = QLabel("waiting")
         self.header.setObjectName("laneStats")
         self.header.setWordWrap(True)
@@ -251,7 +251,8 @@ class LaneWidget(QFrame):
     def update_header(self, baseline: LaneWidget | None) -> None:
         s = self.stats
         acc = "–" if s.acceptance is None else f"{s.acceptance:.0%}"
-        parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {s.tau:.2f}", f"acc {acc}", f"{s.new_tokens} tok"]
+        tau = f"{s.tau:.2f}" if s.steps or s.summary else "–"  # before the first step (a replay's start): no tau yet
+        parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {tau}", f"acc {acc}", f"{s.new_tokens} tok"]
         versus = compare(s, baseline.stats) if baseline is not None and baseline is not self else None
         self.decomposition.show_parts(decompose(s, baseline.stats) if versus is not None and versus.drafted else None)
         if versus is not None:
@@ -283,6 +284,11 @@ class LaneWidget(QFrame):
             _set_text(
                 self.match, f"✗ differs at token {diff} in float32 greedy: a bug, please report it", f"color: {ALARM}"
             )
+
+    def set_theme(self, theme: str) -> None:
+        """The title in the lane's colour, darker on a light background (yellow and orange stay readable)."""
+        color = self.color.darker(170) if theme == "light" else self.color
+        self.title.setStyleSheet(f"color: {color.name()}")
 
     def set_show_rejected(self, on: bool) -> None:
         """Re-render everything with or without rejected draft tokens."""

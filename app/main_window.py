@@ -221,6 +221,7 @@ class MainWindow(QMainWindow):
         self.theme = theme if theme in ("dark", "light") else "dark"
         self.setStyleSheet(style_sheet(self.theme))
         self.charts.set_theme(self.theme)
+        self.race_view.set_theme(self.theme)
         self.settings.setValue("theme", self.theme)
 
     def show_error(self, message: str) -> None:

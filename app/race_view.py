@@ -64,6 +64,7 @@ class RaceView(QWidget):
         self.lanes: dict[str, LaneWidget] = {}
         self.settings: dict = {}  # the run's settings (sampling, dtype): why lanes may differ from the baseline
         self.show_rejected = False
+        self.theme = "dark"
         self.charts_drawn = 0.0
         # Single-shot and armed only by arriving events: an idle window runs no timer at all.
         self.frame = QTimer(self)
@@ -92,6 +93,7 @@ class RaceView(QWidget):
             lane = LaneWidget(n, f"{n} · {forward}" if forward else None)
             lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
+            lane.set_theme(self.theme)
             lane.stepClicked.connect(self.stepClicked)
             lane.guideRequested.connect(self.guideRequested)
             self.lanes[n] = lane
@@ -166,6 +168,11 @@ class RaceView(QWidget):
         if s.get("dtype", "float32") != "float32":
             return f"{s.get('dtype')} rounding can flip near-ties between the two runs; pick float32 to compare exactly"
         return ""
+
+    def set_theme(self, theme: str) -> None:
+        self.theme = theme
+        for lane in self.lanes.values():
+            lane.set_theme(theme)
 
     def set_show_rejected(self, on: bool) -> None:
         self.show_rejected = on

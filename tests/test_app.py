@@ -78,6 +78,9 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     win = make_window(qtbot, tmp_path)  # empty fields: the bundled target and draft
     closing(win)
     assert win.models is not None and win.models["draft"] is not None, win.banner.text()
+    # full drafts: this test checks what every lane draws, not what the budget picks on a busy host (where forward
+    # timings can make plain steps the best choice, and a lane draws no draft at all)
+    win.gen_panel.budget.setCurrentIndex(win.gen_panel.budget.findData("full"))
     run_race(qtbot, win)
     assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead", "suffix"}
     for name, lane in win.lanes.items():
@@ -821,3 +824,33 @@ def test_a_long_phase_shows_an_estimate():
     assert clock.left("runs", 2, 10) == "about 16 s left"
     assert clock.left("cost model", 1, 3) == ""  # the phase changed: its own clock
     assert time.perf_counter() - clock.started < 1
+
+
+def test_rejected_special_tokens_read_by_name_and_no_tau_before_a_step(qtbot, tmp_path):
+    from types import SimpleNamespace
+
+    from app.controller import readable
+    from app.lane import LaneWidget
+
+    tok = SimpleNamespace(
+        all_special_ids=[2], convert_ids_to_tokens=lambda t: "<|im_end|>", decode=lambda ids: f"tok{ids[0]}"
+    )
+    assert readable(tok, 2) == "[im_end]" and readable(tok, 5) == "tok5"
+    lane = LaneWidget("vanilla")
+    qtbot.addWidget(lane)
+    lane.update_header(None)
+    assert "τ\u00a0–" in lane.header.text()
+
+
+def test_the_light_theme_recolours_the_shown_legend_and_darkens_lane_titles(qtbot, tiny_window):
+    from app.charts import THEMES
+
+    win = tiny_window
+    run_race(qtbot, win, ["ar", "vanilla"])
+    win.apply_theme("light")
+    ink = pg.mkColor(THEMES["light"][1]).name()
+    assert all(pg.mkColor(label.opts["color"]).name() == ink for _, label in win.charts.legend.items)
+    lane = win.lanes["vanilla"]
+    assert lane.color.darker(170).name() in lane.title.styleSheet()
+    win.apply_theme("dark")
+    assert lane.color.name() in lane.title.styleSheet()
