@@ -141,6 +141,7 @@ class LaneWidget(QFrame):
         self.events: list[StepEvent] = []
         self.texts: dict[int, StepText] = {}  # step -> the text decoded for it (the app's, beside the event)
         self.show_rejected = False
+        self.plain_step: float | None = None  # seconds of a one-token forward: plain's step where no plain lane runs
         self.pending: list[StepEvent] = []
         self.dirty = False  # something arrived since the last render: the next frame redraws this lane
         self.title = QLabel(f"{label or name} <a href='guide' style='color: gray'>(guide)</a>")
@@ -254,7 +255,11 @@ class LaneWidget(QFrame):
         tau = f"{s.tau:.2f}" if s.steps or s.summary else "–"  # before the first step (a replay's start): no tau yet
         parts = [f"{s.tokens_per_second:6.1f} tok/s", f"τ {tau}", f"acc {acc}", f"{s.new_tokens} tok"]
         versus = compare(s, baseline.stats) if baseline is not None and baseline is not self else None
-        self.decomposition.show_parts(decompose(s, baseline.stats) if versus is not None and versus.drafted else None)
+        if versus is not None:
+            taken_apart = decompose(s, baseline.stats) if versus.drafted else None
+        else:  # no plain lane in this race: the load's timed forward stands for its step
+            taken_apart = decompose(s, None, self.plain_step) if baseline is None and s.drafted_steps else None
+        self.decomposition.show_parts(taken_apart)
         if versus is not None:
             parts.append(versus.verdict)
             if versus.drafted:

@@ -352,7 +352,8 @@ class MainWindow(QMainWindow):
         self.race_view.reset(
             methods,
             settings.describe()
-            | {"dtype": str(target.dtype).removeprefix("torch."), "forward": "compiled" if compiled else "eager"},
+            | {"dtype": str(target.dtype).removeprefix("torch."), "forward": "compiled" if compiled else "eager"}
+            | {"plain_step": self.controller.session.plain_step_seconds()},
         )
         self._set_running(Job.RACE)
 

@@ -94,6 +94,7 @@ class RaceView(QWidget):
             lane.setMinimumWidth(0)
             lane.show_rejected = self.show_rejected
             lane.set_theme(self.theme)
+            lane.plain_step = settings.get("plain_step")
             lane.stepClicked.connect(self.stepClicked)
             lane.guideRequested.connect(self.guideRequested)
             self.lanes[n] = lane

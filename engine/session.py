@@ -147,6 +147,14 @@ class Session:
             raise Cancelled("timing cancelled")
         return costs
 
+    def plain_step_seconds(self) -> float | None:
+        """A one-token forward of the target as the load timed it (for the budget), or None: what stands for plain
+        decoding's step where a race has no plain lane. Never times anything itself."""
+        from engine.budget.draft_budget import PRICE_WIDTHS
+        from engine.runtime.forward_timing import remembered_costs
+
+        return (remembered_costs(self.target.model, 1, PRICE_WIDTHS) or {}).get(1)
+
     @property
     def device_name(self) -> str:
         """The device the target runs on, in words."""

@@ -854,3 +854,11 @@ def test_the_light_theme_recolours_the_shown_legend_and_darkens_lane_titles(qtbo
     assert lane.color.darker(170).name() in lane.title.styleSheet()
     win.apply_theme("dark")
     assert lane.color.name() in lane.title.styleSheet()
+
+
+def test_without_a_plain_lane_the_loads_timed_forward_stands_for_its_step(qtbot, tiny_window):
+    win = tiny_window
+    assert win.controller.session.plain_step_seconds() > 0  # the load timed the target's forwards
+    run_race(qtbot, win, ["vanilla"])
+    lane = win.lanes["vanilla"]
+    assert lane.decomposition.isVisible() and lane.decomposition.bar.parts.speedup > 0

@@ -146,11 +146,15 @@ class Decomposition:
         return self.tau / cost if cost > 0 else 0.0
 
 
-def decompose(lane: RunStats, plain: RunStats) -> Decomposition | None:
-    """`lane`'s speedup over `plain` taken apart (None before both have run a step)."""
-    if not lane.steps or not plain.new_tokens or plain.clock <= 0:
+def decompose(lane: RunStats, plain: RunStats | None, plain_step: float | None = None) -> Decomposition | None:
+    """`lane`'s speedup over `plain` taken apart (None before both have run a step). With no plain run, `plain_step`
+    (seconds of a one-token forward, as the load timed it) stands for plain decoding's step."""
+    if plain is not None and plain.new_tokens and plain.clock > 0:
+        step = plain.clock / plain.new_tokens  # seconds per plain token, its prefill included
+    else:
+        step = plain_step or 0.0
+    if not lane.steps or step <= 0:
         return None
-    step = plain.clock / plain.new_tokens  # seconds per plain token, its prefill included
     n = lane.steps * step
     other = max(0.0, lane.clock - lane.draft_seconds - lane.verify_seconds)
     return Decomposition(lane.tau, lane.draft_seconds / n, lane.verify_seconds / n, other / n, step * 1e3)

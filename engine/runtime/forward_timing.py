@@ -78,6 +78,12 @@ def batch_forward_costs(
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def remembered_costs(model: torch.nn.Module, rows: int, widths) -> dict[int, float] | None:
+    """What `measured_once` keeps for these arguments, or None when nothing was timed yet (never times)."""
+    key = (rows, tuple(sorted(set(widths))), type(forward_for(model)).__name__)
+    return _MEMO.get(model, {}).get(key)
+
+
 def measured_once(
     model: torch.nn.Module, rows: int, widths, cancel: Callable[[], bool] | None = None
 ) -> dict[int, float]:
