@@ -28,11 +28,10 @@ class Serving:
 def serving_for(method: str, options: Any, part: str | None) -> Serving:
     """The serving recipe of `method` with its options dataclass `options` and its part's path (a draft model or a
     heads folder; None for drafters that need none)."""
-    from engine.registry import BASELINE, DRAFTERS
+    from engine.registry import BASELINE
+    from engine.registry import spec as spec_of
 
-    spec = next((s for s in DRAFTERS if s.name == method), None)
-    if spec is None:
-        raise GlanceError(f"unknown method {method!r}: choose one of {', '.join(s.name for s in DRAFTERS)}")
+    spec = spec_of(method)  # a GlanceError naming the methods for an unknown one
     if method == BASELINE:
         return Serving(notes=["plain decoding is every engine's default: serve the target with no speculative config"])
     if spec.serve is None:

@@ -174,6 +174,8 @@ def write_report(out: Path, report: dict, data: str | None, seconds: float) -> d
     import json
     import time
 
+    from engine.records.files import write_text_checked
+
     path = Path(out) / "training.json"
     try:
         runs = json.loads(path.read_text()).get("runs", []) if path.exists() else []
@@ -185,7 +187,5 @@ def write_report(out: Path, report: dict, data: str | None, seconds: float) -> d
         report["corpus"] = json.loads(corpus.read_text())
     report["runs"] = runs
     report["wall_seconds_total"] = round(sum(r["seconds"] for r in runs), 1)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, path)
+    write_text_checked(path, json.dumps(report, indent=2))
     return report

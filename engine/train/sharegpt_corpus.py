@@ -16,7 +16,6 @@ make). Written in shards, so an interrupted run resumes at the next one:
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from pathlib import Path
@@ -24,22 +23,12 @@ from pathlib import Path
 from tqdm import tqdm
 
 from engine.errors import GlanceError
+from engine.records.files import write_text_checked
 from engine.train.sharegpt import Conversation, benchmark_prompts, dataset_file, read_conversations
 
 SHARD = 128  # prompts per answers shard: a few minutes of generation, the most an interruption loses
 HELDOUT_ANSWERS = 96  # held-out prompts answered: enough windows for accuracy per depth
 SUITE = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "chat.jsonl"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file, so a crash or a full disk never leaves half a shard that looks whole."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise GlanceError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def suite_prompts() -> set[str]:
@@ -93,9 +82,9 @@ def build_corpus(
     held = [c for c in convs if c.heldout]
     for name, part in (("train", train), ("heldout", held)):
         if not (out / name / "teacher.txt").exists():
-            write_atomic(out / name / "teacher.txt", "".join(render(tok, c.messages) for c in part))
+            write_text_checked(out / name / "teacher.txt", "".join(render(tok, c.messages) for c in part))
     prompts_file = out / "heldout" / "prompts.jsonl"
-    write_atomic(prompts_file, "".join(json.dumps(r) + "\n" for r in benchmark_prompts(held)))
+    write_text_checked(prompts_file, "".join(json.dumps(r) + "\n" for r in benchmark_prompts(held)))
 
     def encoded(part: list[Conversation], limit: int) -> list[list[int]]:
         ids = (tok(render(tok, c.messages[:1], True), add_special_tokens=False)["input_ids"] for c in part)
@@ -109,7 +98,7 @@ def build_corpus(
     held_answers = out / "heldout" / "answers.txt"
     if not held_answers.exists():
         text, _ = answer_shard(loaded, encoded(held, HELDOUT_ANSWERS), max_new_tokens, rows)
-        write_atomic(held_answers, text)
+        write_text_checked(held_answers, text)
     shards = [todo[i : i + SHARD] for i in range(0, len(todo), SHARD)]
     done = sum(len(s) for n, s in enumerate(shards) if (out / "train" / f"answers-{n:05d}.txt").exists())
     bar = tqdm(total=len(todo), initial=done, desc="answers", unit="prompt", dynamic_ncols=True)
@@ -119,13 +108,13 @@ def build_corpus(
         if path.exists():
             continue
         text, new = answer_shard(loaded, shard, max_new_tokens, rows)
-        write_atomic(path, text)
+        write_text_checked(path, text)
         made += new
         bar.update(len(shard))
         bar.set_postfix(tok_s=f"{made / (time.time() - t0):.0f}", refresh=False)
     bar.close()
     summary = describe(out, tok, source, convs, train, held, len(todo), max_new_tokens, max_prompt_tokens)
-    write_atomic(out / "corpus.json", json.dumps(summary, indent=2))
+    write_text_checked(out / "corpus.json", json.dumps(summary, indent=2))
     return summary
 
 
