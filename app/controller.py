@@ -24,44 +24,7 @@ from engine import (
     StepText,
     read_session_logs,
 )
-
-
-class PieceDecoder:
-    """Text of each new token, decoded in context so multi-token characters and spaces come out right."""
-
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self.text = ""
-
-    def pieces(self, tokens: list[int]) -> list[str]:
-        out = []
-        for t in tokens:
-            self.ids.append(t)
-            text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-            out.append(text[len(self.text) :])
-            self.text = text
-        return out
-
-
-def readable(tokenizer, token: int) -> str:
-    """One token's text; a special token (an end of turn) by its name, as `[im_end]`, not its raw markup."""
-    if token in set(tokenizer.all_special_ids):
-        return "[" + str(tokenizer.convert_ids_to_tokens(token)).strip("<|>") + "]"
-    return tokenizer.decode([token])
-
-
-def rejected_tokens(ev: StepEvent) -> list[int]:
-    """Draft tokens after the accepted path, along first children: the guess the target corrected."""
-    node = ev.accepted_nodes[-1] if ev.accepted_nodes else -1
-    out = []
-    while True:
-        child = next((i for i, p in enumerate(ev.draft_parents) if p == node), None)
-        if child is None:
-            return out
-        out.append(ev.draft_tokens[child])
-        node = child
-
+from engine.records.step_text import PieceDecoder
 
 INBOX_MS = 100  # the GUI thread collects a race's events at most ten times a second
 
@@ -246,9 +209,7 @@ class Controller(QObject):
         every lane (measured by app/bench_window.py)."""
         text = None
         if isinstance(item, StepEvent) and lane in self.decoders:
-            decoder = self.decoders[lane]
-            rejected = [readable(decoder.tokenizer, t) for t in rejected_tokens(item)]
-            text = StepText(decoder.pieces(item.tokens), rejected)
+            text = self.decoders[lane].step_text(item)
         log = self.log
         if log is not None:
             try:

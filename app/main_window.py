@@ -485,7 +485,7 @@ class MainWindow(QMainWindow):
             # an opened log keeps its steps' top tokens on disk (most of a large log's memory): read this one back
             ev = dataclasses.replace(ev, target_top=read_target_top(self.opened_log, offset))
         tok = self.models["target"].tokenizer if self.models else None
-        self.inspector.show_step(lane, ev, (lambda t: tok.decode([t])) if tok else str)
+        self.inspector.show_step(lane, ev, (lambda t: token_text(tok, t)) if tok else str)
         self.tabs.setCurrentWidget(self.inspector)
 
     # ---- session log, export, replay --------------------------------------------------------------------------
@@ -618,6 +618,14 @@ class MainWindow(QMainWindow):
         self.race_view.stop()
         self.controller.close()
         super().closeEvent(event)
+
+
+def token_text(tokenizer, token: int) -> str:
+    """A token's text, or its id where this tokenizer has no such token (a log from another model)."""
+    try:
+        return tokenizer.decode([token])
+    except (OverflowError, ValueError, TypeError, IndexError):
+        return f"<{token}>"
 
 
 def run_label(index: int, log) -> str:

@@ -56,6 +56,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "faster); auto: on for bench, off for a single generate",
     )
     p.add_argument("--trust-remote-code", action="store_true", help="run model code shipped with a checkpoint")
+    p.add_argument(
+        "--accept-missing-weights",
+        action="store_true",
+        help="load a model whose files lack weights its config needs (they run as random values)",
+    )
 
 
 def _add_drafter_args(p: argparse.ArgumentParser) -> None:
@@ -199,6 +204,7 @@ def _load_session(args, methods: list[str], compile_by_default: bool = False):
         dtype=args.dtype,
         allow_download=args.allow_download,
         trust_remote_code=args.trust_remote_code,
+        accept_missing_weights=args.accept_missing_weights,
         compile=compile_,
         progress=lambda done, total, what: print(what, file=sys.stderr) if what.startswith("compiling") else None,
     )
@@ -209,6 +215,7 @@ def _load_session(args, methods: list[str], compile_by_default: bool = False):
 
 def cmd_generate(args) -> int:
     from engine.decoding.sampling import SamplingConfig
+    from engine.records.step_text import PieceDecoder
     from engine.session import RaceSettings
 
     _validate_generate(args)
@@ -226,15 +233,17 @@ def cmd_generate(args) -> int:
     target, tok = session.target, session.tokenizer
     prompt_ids = session.encode(args.prompt, args.chat)
     draft = session.parts.get("draft")
+    decoder.check_fits(len(prompt_ids))  # a run refused for its length leaves no header-only run in the log
 
     writer = session.open_log(args.log, settings, args.prompt, prompt_ids) if args.log else None
+    pieces = PieceDecoder(tok)
     summary, shown = None, ""
     try:
         new: list[int] = []
         for item in decoder.run(prompt_ids):
             if writer:
                 try:
-                    writer.event(item)
+                    writer.event(item, pieces.step_text(item) if hasattr(item, "tokens") else None)
                 except GlanceError as exc:  # a full disk: say so once, keep generating, keep the complete lines
                     print(f"glance: warning: {exc}; generation continues without the log", file=sys.stderr)
                     writer = None

@@ -81,6 +81,7 @@ class Session:
         dtype: str = "auto",
         allow_download: bool = False,
         trust_remote_code: bool = False,
+        accept_missing_weights: bool = False,
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[int, int, str], None] | None = None,
         compile: bool = False,
@@ -96,7 +97,11 @@ class Session:
         (`Session.time_forwards`), so that the first race starts at once."""
         if not target and not (BUNDLED_TARGET / "config.json").exists():
             raise GlanceError(f"nothing bundled at {BUNDLED_TARGET}: pass --target with a folder or hub id")
-        access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
+        access = {
+            "allow_download": allow_download,
+            "trust_remote_code": trust_remote_code,
+            "accept_missing_weights": accept_missing_weights,
+        }
         source, chosen = cls.resolve(target, paths)
         to_load = [k for k in chosen if k in parts_needed(methods)]
         compiling = sum(p.compile_steps for p in parts() if p.key in to_load and p.compile is not None)

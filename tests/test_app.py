@@ -829,8 +829,8 @@ def test_a_long_phase_shows_an_estimate():
 def test_rejected_special_tokens_read_by_name_and_no_tau_before_a_step(qtbot, tmp_path):
     from types import SimpleNamespace
 
-    from app.controller import readable
     from app.lane import LaneWidget
+    from engine.records.step_text import readable
 
     tok = SimpleNamespace(
         all_special_ids=[2], convert_ids_to_tokens=lambda t: "<|im_end|>", decode=lambda ids: f"tok{ids[0]}"

@@ -88,6 +88,7 @@ def load_parts(
     paths: dict[str, str | None] | None = None,
     allow_download: bool = False,
     trust_remote_code: bool = False,
+    accept_missing_weights: bool = False,
     cancel=None,
     on_part=None,
     **named: str | None,
@@ -95,7 +96,11 @@ def load_parts(
     """Load what the methods need besides the target, by part key (`paths={"draft": ..., "medusa": ...}`, or the
     same as keywords); each part's loader checks that it fits the target. `on_part(key)` is called before each."""
     paths = {**(paths or {}), **named}
-    access = {"allow_download": allow_download, "trust_remote_code": trust_remote_code}
+    access = {
+        "allow_download": allow_download,
+        "trust_remote_code": trust_remote_code,
+        "accept_missing_weights": accept_missing_weights,
+    }
     out: dict = {}
     for part in parts():
         path = paths.get(part.key)

@@ -209,8 +209,9 @@ class EagleDrafter(Drafter):
         if self.dynamic:
             rows = [ids[: self.top_k] for ids, _ in tops[:-1]]
         else:
-            rows = [[ids[r] for r in self.first_ranks] for ids, _ in tops[:-1]]
-        self.note_hindsight([t in r for t, r in zip(toks[1:], rows)], [t == r[0] for t, r in zip(toks[1:], rows)])
+            rows = [[ids[r] for r in self.first_ranks if r < len(ids)] for ids, _ in tops[:-1]]
+        firsts = [bool(r) and t == r[0] for t, r in zip(toks[1:], rows)]
+        self.note_hindsight([t in r for t, r in zip(toks[1:], rows)], firsts)
 
     @torch.no_grad()
     def propose(self, states: list[DecodeState | None], max_tokens: list[int]) -> list[Draft]:
@@ -307,6 +308,8 @@ class GrowingTree:
         ids, logps = top
         new = []
         for r in ranks:
+            if r >= len(ids):  # a draft vocabulary smaller than top-k has fewer candidates
+                break
             self.tokens.append(ids[r])
             self.parents.append(parent)
             self.scores.append(base + logps[r])

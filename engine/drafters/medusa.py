@@ -74,7 +74,7 @@ def parse_tree(spec: str | list) -> list[tuple[int, ...]]:
         else:
             try:
                 paths = json.loads(spec)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise GlanceError(
                     f"unknown Medusa tree '{spec}': use one of {', '.join(TREES)} or a JSON list of "
                     "paths such as [[0], [0, 0], [1]]"
@@ -238,13 +238,14 @@ def compile_medusa(heads: MedusaHeads, progress):
 
 
 def serve(o: MedusaOptions, heads: str | None) -> Serving:
-    import json
     from pathlib import Path
 
+    from engine.inputs import read_json_object
+
     try:
-        cfg = json.loads((Path(heads) / "config.json").read_text())
+        cfg = read_json_object(Path(heads) / "config.json", "a Medusa heads config")
         count = int(cfg["medusa_num_heads"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (GlanceError, ValueError, KeyError, TypeError):
         raise GlanceError(f"{heads} holds no Medusa config.json with medusa_num_heads") from None
     notes = [f"vLLM drafts a chain of {count} tokens (one per head), not the `{o.tree}` tree"]
     if cfg.get("shared_lm_head"):

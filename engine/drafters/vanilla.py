@@ -212,6 +212,9 @@ class VanillaDrafter(Drafter):
                     x = self._greedy_token(logits[b], reads[b][-1])
                 else:
                     q = self._pad(logits_to_probs(logits[b], sampling))  # [V]
+                    if not bool(torch.isfinite(q).all()):  # a broken draft (NaN weights) proposes nothing more
+                        live[b] = False
+                        continue
                     x = sample(q, states[b].generator)
                     qs[b].append(q)
                 tokens[b].append(x)

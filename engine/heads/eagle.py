@@ -28,6 +28,7 @@ from torch import nn
 from engine.errors import GlanceError
 from engine.heads.checkpoint import config_errors, read_tensors
 from engine.heads.draft_vocab import DRAFT_VOCAB, check_draft_ids, read_draft_vocab, rows_of, save_draft_vocab
+from engine.inputs import read_json_object
 
 __all__ = ["DRAFT_VOCAB", "EagleHead", "load_eagle_head", "read_draft_vocab"]
 
@@ -172,10 +173,7 @@ def load_eagle_head(folder: str | Path, target: nn.Module) -> EagleHead:
     folder = Path(folder)
     if not folder.is_dir():
         raise GlanceError(f"EAGLE head folder not found: {folder}")
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not an EAGLE head folder") from None
+    cfg = read_json_object(folder / "config.json", "an EAGLE head's config")
     state = read_state(folder)
     hidden = target.get_output_embeddings().weight.shape[1]
     fc = state.get("fc.weight")

@@ -27,6 +27,7 @@ from torch import nn
 from engine.errors import GlanceError
 from engine.heads.checkpoint import config_errors
 from engine.heads.eagle import WEIGHTS_SAFE, read_state
+from engine.inputs import number, read_json_object, whole, whole_list
 from engine.runtime.attention_precision import sdpa
 from engine.runtime.layer_features import default_feature_layers
 
@@ -252,28 +253,43 @@ class Eagle3Head(nn.Module):
         save_file(state, str(folder / WEIGHTS_SAFE))
 
 
-def _config(raw: dict, target: nn.Module, state: dict) -> dict:
-    """The head's config from a published config.json, filling what published heads leave out from the target."""
+def _config(raw: dict, target: nn.Module, state: dict, where: str) -> dict:
+    """The head's config from a published config.json, filling what published heads leave out from the target; every
+    field is checked for type and range (a GlanceError names it)."""
     c = target.config
-    h = raw.get("hidden_size", c.hidden_size)
-    heads = raw.get("num_attention_heads", c.num_attention_heads)
+    h = whole(raw.get("hidden_size", c.hidden_size), "hidden_size", where)
+    heads = whole(raw.get("num_attention_heads", c.num_attention_heads), "num_attention_heads", where, 1, h)
     nested = raw.get("eagle_config") or {}
+    if not isinstance(nested, dict):
+        raise GlanceError(f"{where}: eagle_config is {type(nested).__name__}, not an object")
+    n = c.num_hidden_layers
     layer_ids = nested.get("eagle_aux_hidden_state_layer_ids") or raw.get("eagle_aux_hidden_state_layer_ids")
+    if layer_ids is not None:
+        layer_ids = whole_list(layer_ids, "eagle_aux_hidden_state_layer_ids", where, 3, 0, n - 1)
     lm = state.get("lm_head.weight")
+    vocab = target.get_output_embeddings().weight.shape[0]
+    draft_vocab = raw.get("draft_vocab_size") or (lm.shape[0] if lm is not None else None)
+    rope_theta = raw.get("rope_theta") or getattr(c, "rope_theta", None) or 10000.0
     return {
         "hidden_size": h,
-        "intermediate_size": raw.get("intermediate_size", getattr(c, "intermediate_size", 4 * h)),
+        "intermediate_size": whole(
+            raw.get("intermediate_size", getattr(c, "intermediate_size", 4 * h)), "intermediate_size", where
+        ),
         "num_attention_heads": heads,
-        "num_key_value_heads": raw.get("num_key_value_heads") or heads,
-        "head_dim": raw.get("head_dim") or h // heads,
-        "rope_theta": float(raw.get("rope_theta") or getattr(c, "rope_theta", None) or 10000.0),
+        "num_key_value_heads": whole(raw.get("num_key_value_heads") or heads, "num_key_value_heads", where, 1, heads),
+        "head_dim": whole(raw.get("head_dim") or h // heads, "head_dim", where),
+        "rope_theta": number(rope_theta, "rope_theta", where),
         "rope_scaling": raw.get("rope_scaling"),
-        "rms_norm_eps": float(raw.get("rms_norm_eps", 1e-6)),
-        "max_position_embeddings": raw.get("max_position_embeddings", 4096),
-        "vocab_size": target.get_output_embeddings().weight.shape[0],
-        "draft_vocab_size": raw.get("draft_vocab_size") or (lm.shape[0] if lm is not None else None),
-        "layer_ids": list(layer_ids or default_feature_layers(c.num_hidden_layers)),
-    } | ({"target_hidden_size": raw["target_hidden_size"]} if raw.get("target_hidden_size") else {})
+        "rms_norm_eps": number(raw.get("rms_norm_eps", 1e-6), "rms_norm_eps", where),
+        "max_position_embeddings": whole(raw.get("max_position_embeddings", 4096), "max_position_embeddings", where),
+        "vocab_size": vocab,
+        "draft_vocab_size": None if draft_vocab is None else whole(draft_vocab, "draft_vocab_size", where, 1, vocab),
+        "layer_ids": list(layer_ids or default_feature_layers(n)),
+    } | (
+        {"target_hidden_size": whole(raw["target_hidden_size"], "target_hidden_size", where)}
+        if raw.get("target_hidden_size")
+        else {}
+    )
 
 
 def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
@@ -282,10 +298,7 @@ def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
     folder = Path(folder)
     if not folder.is_dir():
         raise GlanceError(f"EAGLE-3 head folder not found: {folder}")
-    try:
-        raw = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not an EAGLE-3 head folder") from None
+    raw = read_json_object(folder / "config.json", "an EAGLE-3 head's config")
     state = read_state(folder)
     for key in ("fc.weight", "d2t", "lm_head.weight"):
         if key not in state:
@@ -296,7 +309,7 @@ def load_eagle3_head(folder: str | Path, target: nn.Module) -> Eagle3Head:
             )
             raise GlanceError(f"{folder}: no key {key}: not the EAGLE-3 layout{hint}")
     with config_errors(folder, "EAGLE-3 layer", "hidden_size, intermediate_size and num_attention_heads"):
-        cfg = _config(raw, target, state)
+        cfg = _config(raw, target, state, f"{folder}/config.json")
     hidden = target.get_input_embeddings().weight.shape[1]
     want_fc = (cfg["hidden_size"], 3 * cfg.get("target_hidden_size", hidden))
     if tuple(state["fc.weight"].shape) != want_fc:

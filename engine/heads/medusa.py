@@ -23,6 +23,7 @@ from torch import nn
 from engine.errors import GlanceError
 from engine.heads.checkpoint import config_errors, read_tensors
 from engine.heads.draft_vocab import check_draft_ids, read_draft_vocab, rows_of, save_draft_vocab
+from engine.inputs import read_json_object
 
 WEIGHTS_SAFE = "medusa_lm_head.safetensors"
 WEIGHTS_PT = "medusa_lm_head.pt"
@@ -165,10 +166,7 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
     folder = Path(folder)
     if not folder.is_dir():
         raise GlanceError(f"Medusa heads folder not found: {folder}")
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise GlanceError(f"{folder}/config.json is missing or not JSON ({exc}): not a Medusa heads folder") from None
+    cfg = read_json_object(folder / "config.json", "a Medusa heads config")
     if "medusa_num_heads" not in cfg:
         raise GlanceError(f"{folder}/config.json has no medusa_num_heads: not a Medusa heads folder")
     state = read_tensors(folder, WEIGHTS_SAFE, WEIGHTS_PT)
@@ -187,16 +185,18 @@ def load_medusa_heads(folder: str | Path, target: nn.Module) -> MedusaHeads:
     block = state.get("0.0.linear.weight")
     if block is None:
         raise GlanceError(f"{folder}: no key 0.0.linear.weight: not the Medusa key layout")
+    if block.dim() != 2:
+        raise GlanceError(f"{folder}: 0.0.linear.weight is {list(block.shape)}, not a matrix: a damaged file")
     if block.shape[1] != hidden:
         raise GlanceError(
-            f"Medusa heads expect hidden size {block.shape[1]}, the target has {hidden}: "
+            f"{folder}: Medusa heads expect hidden size {block.shape[1]}, the target has {hidden}: "
             "these heads were trained for another model"
         )
     if not shared:
         proj = state.get(f"0.{layers}.weight")
         if proj is None:
             raise GlanceError(f"{folder}: no key 0.{layers}.weight for the heads' vocabulary projection")
-        if proj.shape[0] != vocab:
+        if proj.dim() != 2 or proj.shape[0] != vocab:
             raise GlanceError(
                 f"Medusa heads predict {proj.shape[0]} tokens, the target's vocabulary has {vocab}: "
                 "these heads were trained for another model"

@@ -92,5 +92,22 @@ def part_folder(entry: CatalogEntry, key: str) -> Path | None:
     from engine.models.draft_layers import RECIPE_FILE, assemble_draft
 
     if (source / RECIPE_FILE).exists():
+        resolve(entry.name)  # the draft is built from the installed target's embedding: say so when it is missing
         return assemble_draft(source, model_folder(entry), glance_home() / "models" / f"{entry.name}-{key}")
     return source
+
+
+def assembled_part(folder: Path) -> Path | None:
+    """A bundled draft given by its folder of layers (resources/models/smollm2/draft): the model folder built from
+    it and its installed target; None for any other folder."""
+    from engine.models.draft_layers import RECIPE_FILE
+
+    if not (folder / RECIPE_FILE).exists():
+        return None
+    for entry in CATALOG.values():
+        if entry.parts is not None and folder.resolve().parent == entry.parts.resolve():
+            return part_folder(entry, folder.name)
+    raise GlanceError(
+        f"{folder} holds a draft's own layers only (it shares its target's embedding and is built from it): "
+        "give the full draft model folder"
+    )

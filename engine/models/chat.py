@@ -3,7 +3,12 @@ at the template's end of turn."""
 
 from __future__ import annotations
 
-from engine.errors import GlanceError
+import sys
+import time
+
+from engine.errors import GlanceError, reason
+
+TEMPLATE_SECONDS = 1.0  # a chat template renders in milliseconds; one that runs a second loops or is hostile
 
 # End-of-turn markers of common templates; a run in chat mode also stops at whichever of them the vocabulary has.
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>", "</s>")
@@ -11,6 +16,55 @@ END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>", "<|endoft
 
 def has_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
+
+
+class _TooLong(BaseException):
+    """Raised inside a template that runs past its time; a BaseException, so no `except Exception` in it stops it."""
+
+
+def _with_deadline(render, seconds: float):
+    """`render()`, stopped with _TooLong once it runs `seconds`: a line tracer on this thread only (templates are
+    compiled to Python, so a template's endless loop runs traced lines), restored after."""
+    end = time.monotonic() + seconds
+    count = 0
+
+    def tracer(frame, event, arg):
+        nonlocal count
+        count += 1
+        if count % 512 == 0 and time.monotonic() > end:
+            raise _TooLong
+        return tracer
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        return render()
+    finally:
+        sys.settrace(previous)
+
+
+def render_template(tokenizer, messages: list[dict], seconds: float = TEMPLATE_SECONDS) -> str:
+    """The conversation in the tokenizer's chat template, rendered in transformers' sandbox with a time limit; any
+    failure of the template (an error it raises, a syntax error, a sandbox refusal, a loop) is one GlanceError."""
+    plain = "fix the template, or send the prompt as plain text (--no-chat; in the app untick 'as a chat message')"
+    try:
+        text = _with_deadline(
+            lambda: tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False), seconds
+        )
+    except _TooLong:
+        raise GlanceError(f"the chat template did not finish in {seconds:g} s (an endless loop?): {plain}") from None
+    except RecursionError:
+        raise GlanceError(f"the chat template recurses without end: {plain}") from None
+    except Exception as exc:  # jinja2's TemplateError family, SecurityError, and whatever a template's code raises
+        raise GlanceError(f"the chat template fails ({type(exc).__name__}: {reason(exc, 160)}): {plain}") from None
+    if not isinstance(text, str) or not text.strip():
+        raise GlanceError(
+            f"the chat template rendered {'no text' if isinstance(text, str) else type(text).__name__}: {plain}"
+        )
+    given = sum(len(str(m.get("content", ""))) for m in messages)
+    if len(text) > 2 * given + 100_000:  # markup around each message, never megabytes of its own
+        raise GlanceError(f"the chat template made {len(text):,} characters of {given:,}: {plain}")
+    return text
 
 
 def use_chat(tokenizer, chat: bool | None) -> bool:
@@ -28,10 +82,8 @@ def encode_prompt(tokenizer, prompt: str, chat: bool, history: list[dict] | None
     history = list(history or [])
     if not chat:
         return list(tokenizer("\n\n".join([m["content"] for m in history] + [prompt]))["input_ids"])
-    ids = tokenizer.apply_chat_template(history + [{"role": "user", "content": prompt}], add_generation_prompt=True)
-    if not isinstance(ids, list):  # a BatchEncoding in some versions
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+    text = render_template(tokenizer, history + [{"role": "user", "content": prompt}])
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
 def stop_ids(model, tokenizer, chat: bool) -> list[int]:

@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from engine.errors import GlanceError
+from engine.errors import GlanceError, reason
 
 
 def plain_copy(model):
@@ -31,27 +31,59 @@ def plain_copy(model):
     return clean
 
 
+TMP_PREFIX = ".glance-convert-"
+
+
+def _remove_stale(parent: Path) -> None:
+    """Delete what a killed conversion left beside its output: temporary folders whose process is gone."""
+    for tmp in parent.glob(TMP_PREFIX + "*"):
+        pid = tmp.name.removeprefix(TMP_PREFIX).split("-")[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
 def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "float32", log=print) -> Path:
     """Write the model and tokenizer in `gguf` to `out`; written to a temporary folder first and moved into place,
-    so an interrupted or failed conversion (a full disk) never leaves a half folder that looks like a model."""
+    so an interrupted or failed conversion (a full disk, a read-only folder) never leaves a half folder that looks
+    like a model, and the next conversion removes what a killed one left."""
     from engine.models.loading import load_model, save_tokenizer
 
     out = Path(out)
     if (out / "config.json").exists():
         raise GlanceError(f"{out} already holds a model: choose another --out or remove it")
-    loaded = load_model(gguf, device="cpu", dtype=dtype)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".glance-convert-", dir=out.parent))
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise GlanceError(f"{out} exists and is not an empty folder: choose another --out")
+    try:  # the folder is made first: an unwritable --out fails before a minute of dequantising
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(out.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=out.parent))
+    except OSError as exc:
+        raise GlanceError(f"cannot write the converted model to {out}: {exc.strerror or exc}") from None
     try:
+        loaded = load_model(gguf, device="cpu", dtype=dtype)
         log(f"writing {loaded.parameters / 1e6:.0f}M parameters ({dtype}) ...")
         plain_copy(loaded.model).save_pretrained(tmp, safe_serialization=True)
         save_tokenizer(loaded.tokenizer, tmp)
         if out.exists():
             out.rmdir()  # an empty folder the user made for it
         tmp.rename(out)
-    except OSError as exc:
+    except GlanceError:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise GlanceError(f"cannot write the converted model to {out}: {exc.strerror or exc}") from None
+        raise
+    except Exception as exc:  # OSError, and safetensors' own error for a full disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = getattr(exc, "strerror", None) or reason(exc, 160)
+        raise GlanceError(f"cannot write the converted model to {out}: {why}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import GlanceError
+from engine.errors import GlanceError, reason
+from engine.inputs import read_json_object
 
 SHARED = ("model.embed_tokens.weight", "lm_head.weight")  # taken from the target, never trained or stored
 LAYERS_FILE = "draft_layers.safetensors"
@@ -35,19 +36,24 @@ def assemble_draft(layers_dir: Path, target_dir: Path, out: Path) -> Path:
     if "model.embed_tokens.weight" not in shared:
         raise GlanceError(f"no model.embed_tokens.weight in {target_dir}")
     state = load_file(str(layers_dir / LAYERS_FILE))
-    config = json.loads((layers_dir / "config.json").read_text())
+    config = read_json_object(layers_dir / "config.json", "a draft's config")
     wanted = SHARED[:1] if config.get("tie_word_embeddings", False) else SHARED
     for key in wanted:
         state[key] = shared.get(key, shared["model.embed_tokens.weight"]).to(torch.bfloat16).contiguous()
     tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    config["torch_dtype"] = "bfloat16"
-    (tmp / "config.json").write_text(json.dumps(config, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
-        if (target_dir / name).exists():
-            shutil.copy(target_dir / name, tmp / name)
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config["torch_dtype"] = "bfloat16"
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"):
+            if (target_dir / name).exists():
+                shutil.copy(target_dir / name, tmp / name)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    except Exception as exc:  # a read-only or full Glance home: OSError, or safetensors' own error
+        shutil.rmtree(tmp, ignore_errors=True)
+        why = getattr(exc, "strerror", None) or reason(exc, 160)
+        raise GlanceError(f"cannot write the draft model {out}: {why}") from None
     return out

@@ -98,12 +98,12 @@ def _check_folder(path: Path) -> None:
     config = path / "config.json"
     if not config.exists():
         raise GlanceError(f"{path} holds no config.json: it is not a Hugging Face model folder")
+    from engine.inputs import read_json_object
+
     try:
-        json.loads(config.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise GlanceError(
-            f"{config} is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc}): the model folder is damaged"
-        ) from None
+        read_json_object(config, "a model config")
+    except GlanceError as exc:
+        raise GlanceError(f"{exc}: the model folder is damaged") from None
 
 
 def _check_hub_reachable(timeout: float = 5.0) -> None:
@@ -130,9 +130,11 @@ def load_model(
     dtype: str | torch.dtype = "auto",
     allow_download: bool = False,
     trust_remote_code: bool = False,
+    accept_missing_weights: bool = False,
 ) -> LoadedModel:
-    """Load a causal LM and its tokenizer. Raises GlanceError with an actionable message on any failure."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Load a causal LM and its tokenizer. Raises GlanceError with an actionable message on any failure, a weight
+    the config needs but the files lack included (it would run as random values) unless `accept_missing_weights`."""
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -148,21 +150,19 @@ def load_model(
         if folder is not None:
             name, local = str(folder), True
     if local and name.lower().endswith(".gguf"):
-        return _load_gguf(Path(name).expanduser(), dev, dt, kwargs)
+        return _load_gguf(Path(name).expanduser(), dev, dt, kwargs, accept_missing_weights)
     if not local and allow_download:
         _check_hub_reachable()
     if local:
+        from engine.models.catalog import assembled_part
+
         path = Path(name).expanduser()
+        path = (assembled_part(path) if path.is_dir() else None) or path
         _check_folder(path)
         name = str(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
-        try:  # tree verification needs an attention that takes a custom 4D mask: sdpa, else eager
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="sdpa", **kwargs)
-        except ValueError as exc:
-            if "sdpa" not in str(exc).lower():
-                raise
-            model = AutoModelForCausalLM.from_pretrained(name, dtype=dt, attn_implementation="eager", **kwargs)
+        model = _from_pretrained(name, dt, kwargs, accept_missing_weights)
     except GlanceError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for bad or missing models
@@ -191,6 +191,33 @@ def load_model(
     return _ready(model, tokenizer, name, dev, dt)
 
 
+def _from_pretrained(name: str, dt: torch.dtype, kwargs: dict, accept_missing: bool):
+    """The model through sdpa attention (tree verification needs a custom 4D mask), else eager; refused when its
+    files lack weights its config needs or hold ones it does not (transformers would fill the gaps randomly)."""
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            name, dtype=dt, attn_implementation="sdpa", output_loading_info=True, **kwargs
+        )
+    except ValueError as exc:
+        if "sdpa" not in str(exc).lower():
+            raise
+        model, info = AutoModelForCausalLM.from_pretrained(
+            name, dtype=dt, attn_implementation="eager", output_loading_info=True, **kwargs
+        )
+    missing, unexpected = sorted(info.get("missing_keys") or []), sorted(info.get("unexpected_keys") or [])
+    if (missing or unexpected) and not accept_missing:
+        said = [f"{len(k)} {what} ({', '.join(k[:3])}{', ...' if len(k) > 3 else ''})"
+                for k, what in ((missing, "missing"), (unexpected, "unexpected")) if k]  # fmt: skip
+        raise GlanceError(
+            f"the weights in '{kwargs.get('gguf_file') or name}' do not match its config: {' and '.join(said)} "
+            "tensors; a missing one would run as random values. Use complete files, or pass "
+            "--accept-missing-weights to run it anyway"
+        )
+    return model
+
+
 def _ready(model, tokenizer, name: str, dev: torch.device, dt: torch.dtype) -> LoadedModel:
     """A loaded model on its device in eval mode, attending through Glance's attention (one query row in bf16 on a
     CPU in float32, engine/runtime/attention_precision.py; never through cuDNN on CUDA,
@@ -205,13 +232,17 @@ def _ready(model, tokenizer, name: str, dev: torch.device, dt: torch.dtype) -> L
     return LoadedModel(model, tokenizer, name, dev, dt)
 
 
-def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> LoadedModel:
-    """A GGUF file (llama.cpp, LM Studio, ollama) through transformers' GGUF support, dequantised into `dt`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict, accept_missing: bool) -> LoadedModel:
+    """A GGUF file (llama.cpp, LM Studio, ollama) through transformers' GGUF support, dequantised into `dt`; its
+    header is checked first (engine/models/gguf_check.py)."""
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
+
+    from engine.models.gguf_check import check_gguf_header
 
     if not path.is_file():
         raise GlanceError(f"GGUF file not found: {path}")
+    check_gguf_header(path)
     try:
         import gguf  # noqa: F401  (transformers needs it to read the file)
     except ImportError:
@@ -221,16 +252,7 @@ def _load_gguf(path: Path, dev: torch.device, dt: torch.dtype, kwargs: dict) -> 
     try:
         with one_reader_per_file():  # transformers parses the header three times otherwise
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=file, **kwargs)
-            try:
-                model = AutoModelForCausalLM.from_pretrained(
-                    folder, gguf_file=file, dtype=dt, attn_implementation="sdpa"
-                )
-            except ValueError as exc:
-                if "sdpa" not in str(exc).lower():
-                    raise
-                model = AutoModelForCausalLM.from_pretrained(
-                    folder, gguf_file=file, dtype=dt, attn_implementation="eager"
-                )
+            model = _from_pretrained(folder, dt, {"gguf_file": file}, accept_missing)
     except GlanceError:
         raise
     except Exception as exc:  # an unsupported architecture or quantisation, a damaged file

@@ -155,6 +155,9 @@ def _lines_at(fh) -> Iterator[tuple[int, int, dict | None, str]]:
         except (json.JSONDecodeError, UnicodeDecodeError):
             yield number, at, None, "not JSON"
             continue
+        except RecursionError:
+            yield number, at, None, "JSON nested too deeply"
+            continue
         if not isinstance(rec, dict):
             yield number, at, None, "not a JSON object"
             continue
@@ -225,11 +228,70 @@ def _step_record(rec: dict) -> tuple[dict, StepText | None]:
             extra["target_in_draft_vocab"] = extra.pop("target_token_in_draft_vocab")
         names = {f.name for f in dataclass_fields(DraftNotes)}
         rec.setdefault("notes", {k: v for k, v in extra.items() if k in names})
-    text = None
-    if isinstance(pieces, list) and all(isinstance(p, str) for p in pieces):
-        ok = isinstance(rejected, list) and all(isinstance(p, str) for p in rejected)
-        text = StepText(pieces, rejected if ok else [])
-    return rec, text
+    if pieces is None:
+        return rec, None
+    if not isinstance(pieces, list) or not all(isinstance(p, str) for p in pieces):
+        raise GlanceError("field 'pieces' is not a list of strings")
+    ok = isinstance(rejected, list) and all(isinstance(p, str) for p in rejected)
+    return rec, StepText(pieces, rejected if ok else [])
+
+
+# Header settings the app reads, by type: a value of another type is dropped (and named) when the log is read.
+HEADER_SETTINGS = {
+    "prompt": str,
+    "methods": list[str],
+    "temperature": float,
+    "top_p": float,
+    "dtype": str,
+    "forward": str,
+    "plain_step": float,
+    "max_new_tokens": int,
+    "chat": bool,
+    "prompt_ids": list[int],
+}
+
+
+def _checked_header(rec: dict, number: int, skipped: list[tuple[int, str]]) -> dict:
+    """A header with its parts the readers use of the right types; what is not is dropped and listed in `skipped`."""
+    for key in ("settings", "models", "environment"):
+        if key in rec and not isinstance(rec[key], dict):
+            skipped.append((number, f"header field {key!r} is {type(rec[key]).__name__}, not an object: ignored"))
+            rec[key] = {}
+    settings = rec.setdefault("settings", {})
+    for key, hint in HEADER_SETTINGS.items():
+        if key in settings and not _checker(hint)(settings[key]):
+            skipped.append((number, f"header setting {key!r} is {type(settings[key]).__name__}, not {hint}: ignored"))
+            del settings[key]
+    return rec
+
+
+def check_step(ev: StepEvent) -> None:
+    """A step's parts agree with each other (what the app draws from them); GlanceError naming the first that
+    does not."""
+    n = len(ev.draft_tokens)
+    if len(ev.draft_parents) != n:
+        raise GlanceError(f"{len(ev.draft_parents)} draft_parents for {n} draft_tokens")
+    for i, p in enumerate(ev.draft_parents):
+        if not -1 <= p < i:
+            raise GlanceError(f"draft_parents[{i}] is {p}: a node's parent comes before it")
+    parent = -1
+    for a in ev.accepted_nodes:
+        if not 0 <= a < n or ev.draft_parents[a] != parent:
+            raise GlanceError(f"accepted_nodes {ev.accepted_nodes[:8]} is not a path of the {n}-node draft")
+        parent = a
+    if len(ev.from_draft) != len(ev.tokens) or len(ev.target_probs) not in (0, len(ev.tokens)):
+        raise GlanceError(f"{len(ev.tokens)} tokens with {len(ev.from_draft)} from_draft, {len(ev.target_probs)} probs")
+    if any(not 0 <= t < 1 << 31 for t in ev.tokens + ev.draft_tokens) or ev.step < 0 or ev.new_tokens < 0:
+        raise GlanceError("a token id past any vocabulary, or a negative step or count")
+    if len(ev.target_top) > n + 1:
+        raise GlanceError(f"target_top has {len(ev.target_top)} rows for {n + 1} verified rows")
+    if not _top_rows_ok(ev.target_top):
+        raise GlanceError("target_top is not rows of [token, probability] pairs")
+    notes = ev.notes
+    for name in ("window", "ngrams"):
+        value = getattr(notes, name)
+        if value is not None and not all(type(t) is int for level in value for t in level):
+            raise GlanceError(f"notes.{name} is not lists of token ids")
 
 
 def parse_record(cls, rec: dict):
@@ -281,7 +343,8 @@ def read_session_logs(
             if not runs:
                 if rec is None or rec.get("type") != "header":
                     raise GlanceError(f"{path} is not a Glance session log (its first line is not a header)")
-                runs.append(SessionLog(rec))
+                runs.append(SessionLog({}))
+                runs[-1].header = _checked_header(rec, number, runs[-1].skipped)
                 continue
             log = runs[-1]
             if rec is None:
@@ -289,7 +352,8 @@ def read_session_logs(
                 continue
             kind = rec.pop("type", None)
             if kind == "header":  # the next run appended to the same file
-                runs.append(SessionLog(rec))
+                runs.append(SessionLog({}))
+                runs[-1].header = _checked_header(rec, number, runs[-1].skipped)
                 continue
             kinds = {"step": (StepEvent, log.steps), "summary": (RunSummary, log.summaries)}
             if kind not in kinds:
@@ -297,12 +361,15 @@ def read_session_logs(
                 continue
             cls, into = kinds[kind]
             text = None
-            if kind == "step":
-                rec, text = _step_record(rec)
-                if not keep_top and isinstance(rec.get("target_top"), list):
-                    rec["target_top"] = []
             try:
-                into.append(parse_record(cls, rec))
+                if kind == "step":
+                    rec, text = _step_record(rec)
+                    if not keep_top and isinstance(rec.get("target_top"), list):
+                        rec["target_top"] = []
+                item = parse_record(cls, rec)
+                if kind == "step":
+                    check_step(item)
+                into.append(item)
             except GlanceError as exc:
                 log.skipped.append((number, str(exc)))
                 continue
@@ -349,7 +416,16 @@ def read_target_top(path: str | os.PathLike, offset: int) -> list:
         with open(path, "rb") as fh:
             fh.seek(offset)
             rec = json.loads(fh.readline())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return []
     top = rec.get("target_top") if isinstance(rec, dict) and rec.get("type") == "step" else None
-    return top if isinstance(top, list) else []
+    return top if isinstance(top, list) and _top_rows_ok(top) else []
+
+
+def _top_rows_ok(top: list) -> bool:
+    """Rows of [token id, probability] pairs, as `target_top` holds them."""
+    return all(
+        isinstance(row, list)
+        and all(isinstance(p, list) and len(p) == 2 and type(p[0]) is int and type(p[1]) in (int, float) for p in row)
+        for row in top
+    )

@@ -72,7 +72,7 @@ def _lane_order(variants) -> list[str]:
 
 
 def lane_texts(log: SessionLog) -> dict[str, str]:
-    """Each lane's output text from the decoded pieces the app stores in its events ({} for CLI logs)."""
+    """Each lane's output text from the decoded pieces stored beside its events (by the app and by `generate --log`)."""
     texts: dict[str, str] = {}
     for e, text in zip(log.steps, log.texts):
         if text is not None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from engine.runtime.cache import crop
+from engine.runtime.cache import context_limit, crop
 from engine.runtime.forward import forward_for
 
 CONTEXT = 128  # cached tokens before the timed forwards: a short prompt's worth
@@ -64,7 +64,11 @@ def batch_forward_costs(
     warm-up made). Rounds interleave the widths, so drift hits all alike; `cancel()` true returns {}."""
     device = next(model.parameters()).device
     vocab = model.get_input_embeddings().num_embeddings
-    widths = sorted(set(widths))
+    asked = sorted(set(widths))
+    limit = context_limit(model.config)  # a small-context model (GPT-2 with 64 positions) is timed within it
+    widths = [k for k in asked if limit is None or 2 * k <= limit] or [1]
+    if limit is not None:
+        context = max(1, min(context, limit - max(widths)))
     forward = forward_for(model)  # compiled when decoding is: the costs are what decoding pays
     cache = forward.new_cache(context + max(widths))
     forward(torch.randint(0, vocab, (rows, context), device=device), cache)
@@ -75,7 +79,8 @@ def batch_forward_costs(
             if cancel is not None and cancel():
                 return {}
             times[k].append(time_width(forward, cache, rows, k, context, vocab, dtype, device))
-    return {k: statistics.median(v) for k, v in times.items()}
+    costs = {k: statistics.median(v) for k, v in times.items()}
+    return {k: costs.get(k, costs[max(widths)]) for k in asked}  # widths past the context: the widest that fits
 
 
 def remembered_costs(model: torch.nn.Module, rows: int, widths) -> dict[int, float] | None:

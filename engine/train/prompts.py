@@ -140,21 +140,18 @@ def load_prompt_suite(path: Path) -> list[dict]:
     "id" and "category" (defaults: the line number, "custom") and "history" (the earlier turns of a chat, as
     messages). Anything else is a GlanceError naming the line."""
     from engine.errors import GlanceError
+    from engine.inputs import read_text
 
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise GlanceError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise GlanceError(f"cannot read the prompt file {path}: {exc.strerror or exc}") from None
+    text = read_text(path, "a prompt file", 64 << 20)
     records = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise GlanceError(f"{path}:{n}: not JSON ({exc.msg}): each line is one object like "
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = getattr(exc, "msg", "nested too deeply")
+            raise GlanceError(f"{path}:{n}: not JSON ({why}): each line is one object like "
                               '{"prompt": "def add(a, b):"}') from None  # fmt: skip
         if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or not rec["prompt"].strip():
             raise GlanceError(f'{path}:{n}: each line needs a non-empty string "prompt" (got {line.strip()[:80]})')
