@@ -356,7 +356,7 @@ def read_session_logs(
                 runs[-1].header = _checked_header(rec, number, runs[-1].skipped)
                 continue
             kinds = {"step": (StepEvent, log.steps), "summary": (RunSummary, log.summaries)}
-            if kind not in kinds:
+            if not isinstance(kind, str) or kind not in kinds:
                 log.skipped.append((number, f"unknown type {kind!r}"))
                 continue
             cls, into = kinds[kind]
