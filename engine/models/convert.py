@@ -68,7 +68,9 @@ def convert_gguf(gguf: str | os.PathLike, out: str | os.PathLike, dtype: str = "
         _remove_stale(out.parent)
         tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=out.parent))
     except OSError as exc:
-        raise GlanceError(f"cannot write the converted model to {out}: {exc.strerror or exc}") from None
+        blocker = next((p for p in out.parents if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker else exc.strerror or exc
+        raise GlanceError(f"cannot write the converted model to {out}: {why}") from None
     try:
         loaded = load_model(gguf, device="cpu", dtype=dtype)
         log(f"writing {loaded.parameters / 1e6:.0f}M parameters ({dtype}) ...")
