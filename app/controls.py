@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import json
 from pathlib import Path
 
@@ -319,32 +321,47 @@ def save_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, s
     settings.setValue("methods", ",".join(gen.chosen_methods()))
 
 
-def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> None:
-    def get(key, default, kind=str):
-        value = settings.value(key, default)
-        if kind is bool:
-            return value in (True, "true", "1", 1)
-        try:
-            return kind(value)
-        except (TypeError, ValueError):
-            return default
+def restore_settings(models: ModelPanel, prompt: PromptPanel, gen: SettingsPanel, settings: QSettings) -> str:
+    """Put the saved settings into the panels through one schema (app/saved_settings.py); returns one line naming
+    the values that did not fit and were left at their defaults ("" when all fit)."""
+    from app.saved_settings import notice, restore
 
-    models.target.setText(get("target", ""))
+    problems: dict[str, str] = {}
+
+    def put(key: str, widget, default=None) -> None:
+        why = restore(widget, settings.value(key, default))
+        if why is not None:
+            problems[key] = why
+
+    put("target", models.target, "")
     for key, edit in models.parts.items():
-        edit.setText(get(key, ""))
-    models.device.setCurrentText(get("device", "auto"))
-    models.dtype.setCurrentText(get("dtype", "auto"))
-    models.compile.setChecked(get("compile", False, bool))  # a first race in seconds; compiling is asked for
-    models.set_compile_time(get("compile_seconds", 0.0, float) or None)
-    prompt.text.setPlainText(get("prompt", DEFAULT_PROMPT))
-    gen.max_new.setValue(get("max_new", 64, int))
-    gen.temperature.setValue(get("temperature", 0.0, float))
-    gen.top_p.setValue(get("top_p", 1.0, float))
-    gen.seed.setValue(get("seed", 0, int))
-    gen.budget.setCurrentIndex(max(0, gen.budget.findData(get("draft_budget", "auto"))))
-    gen.knobs.set_values({name: settings.value(f"drafters/{name}") for name in gen.knobs.widgets})
-    gen.sequential.setChecked(get("sequential", False, bool))
-    gen.show_rejected.setChecked(get("show_rejected", False, bool))
-    chosen = get("methods", ",".join(s.name for s in DRAFTERS if s.in_default_race)).split(",")
+        put(key, edit, "")
+    put("device", models.device, "auto")
+    put("dtype", models.dtype, "auto")
+    put("compile", models.compile, False)  # a first race in seconds; compiling is asked for
+    try:
+        seconds = float(settings.value("compile_seconds", 0.0))
+    except (TypeError, ValueError, OverflowError):
+        seconds = 0.0
+    models.set_compile_time(seconds if math.isfinite(seconds) and 0 < seconds < 86_400 else None)
+    prompt.text.setPlainText(DEFAULT_PROMPT)
+    put("prompt", prompt.text)
+    for key, widget in (
+        ("max_new", gen.max_new),
+        ("temperature", gen.temperature),
+        ("top_p", gen.top_p),
+        ("seed", gen.seed),
+        ("sequential", gen.sequential),
+        ("show_rejected", gen.show_rejected),
+    ):
+        put(key, widget)  # fmt: skip
+    budget = gen.budget.findData(str(settings.value("draft_budget", "auto")))
+    if budget < 0:
+        problems["draft_budget"] = f"{str(settings.value('draft_budget'))[:40]!r} is not a budget"
+    gen.budget.setCurrentIndex(max(0, budget))
+    for name, widget in gen.knobs.widgets.items():
+        put(f"drafters/{name}", widget)
+    chosen = str(settings.value("methods", ",".join(s.name for s in DRAFTERS if s.in_default_race))).split(",")
     for m, box in gen.methods.items():
         box.setChecked(m in chosen)
+    return notice(problems)

@@ -82,7 +82,7 @@ class MainWindow(QMainWindow):
         self.opening: tuple[Path, bool] = (Path(), False)  # the log being read, and whether to replay it in time
 
         self.model_panel, self.prompt_panel, self.gen_panel = ModelPanel(), PromptPanel(), SettingsPanel()
-        restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
+        settings_notice = restore_settings(self.model_panel, self.prompt_panel, self.gen_panel, self.settings)
         self.race_button = QPushButton("Race")
         self.race_button.setObjectName("race")
         self.run_one_button = QPushButton("Run one")
@@ -183,9 +183,11 @@ class MainWindow(QMainWindow):
         self.race_view.guideRequested.connect(self.show_guide)
         # Stop (Esc) also ends a replay at recorded speed, which runs on a timer rather than as a job
         self.race_view.replaying.connect(lambda on: self.stop_button.setEnabled(on or bool(self.job)))
-        self.apply_theme(self.settings.value("theme", "dark"))
+        self.apply_theme(str(self.settings.value("theme", "dark")))
         if autoload:
             self.load_models()
+        if settings_notice:  # after the load starts (which clears the banner), so it stays until the next action
+            self.show_error(settings_notice)
 
     def _fit_to_screen(self, split: QSplitter) -> None:
         """Open at up to 1500 x 920, never larger than the screen's free area, the left column at its minimum."""

@@ -428,3 +428,33 @@ def test_the_window_opens_every_damaged_log_and_keeps_working(qtbot, tmp_path, c
         assert text.strip() and "<" not in text
     finally:
         win.close()
+
+
+# ---- the window's settings file ---------------------------------------------------------------------------------
+@pytest.mark.gui
+def test_a_settings_file_with_values_out_of_range_starts_the_window_with_defaults(qtbot, tmp_path):
+    """Issue 76: one oversized number in the settings file aborted every launch; a 2 MB prompt hung it."""
+    from PySide6.QtCore import QSettings
+
+    from app.main_window import MainWindow
+
+    ini = tmp_path / "settings.ini"
+    ini.write_text(
+        "[General]\nmax_new=99999999999999999999\nseed=99999999999999999999\ntemperature=nan\ntop_p=abc\n"
+        f"prompt={'x' * 2_000_000}\ndevice=tpu\ncompile=maybe\ndraft_budget=zzz\ncompile_seconds=1e400\n"
+        "[drafters]\nvanilla_gamma=99999999999999999999\n"
+    )
+    start = time.monotonic()
+    win = MainWindow(settings=QSettings(str(ini), QSettings.Format.IniFormat), autosave_dir=tmp_path, autoload=False)
+    qtbot.addWidget(win)
+    assert time.monotonic() - start < 10
+    gen = win.gen_panel
+    assert (gen.max_new.value(), gen.seed.value(), gen.temperature.value(), gen.top_p.value()) == (64, 0, 0.0, 1.0)
+    assert win.model_panel.device.currentText() == "auto" and len(win.prompt_panel.text.toPlainText()) < 1000
+    assert "reset to defaults from the settings file: device: 'tpu'" in win.banner.text()
+    win.save_settings()  # the file is whole again
+    again = MainWindow(settings=QSettings(str(ini), QSettings.Format.IniFormat), autosave_dir=tmp_path, autoload=False)
+    qtbot.addWidget(again)
+    assert again.banner.text() == ""
+    win.close()
+    again.close()
