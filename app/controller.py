@@ -107,14 +107,19 @@ class Controller(QObject):
         session = self.session
         if session is None:
             raise GlanceError("no model is loaded: press Load first")
-        prompt_ids = session.encode(prompt, settings.chat)
-        for m in settings.methods:  # a bad option, a missing part or a run too long fails now, with its message
-            session.decoder(m, settings).check_fits(len(prompt_ids))
+        if not prompt.strip():
+            raise GlanceError("the prompt is empty: give some text")
+        for m in settings.methods:  # a bad option or a missing part fails now, with its message
+            session.decoder(m, settings)
         self.race_settings = settings
         self.decoders = {m: PieceDecoder(session.tokenizer) for m in settings.methods}
-        self._open_log(session, settings, prompt, prompt_ids)
 
         def job(worker: EngineWorker) -> str:
+            # the chat template runs here, off the window's thread and within its time limit (engine/models/chat.py)
+            prompt_ids = session.encode(prompt, settings.chat)
+            for m in settings.methods:  # a run too long for the context fails before anything runs or is logged
+                session.decoder(m, settings).check_fits(len(prompt_ids))
+            self._open_log(session, settings, prompt, prompt_ids)
             for name, item in session.race(prompt_ids, settings, worker.cancel):
                 text = self._record(name, item)  # here, between steps and outside every lane's clock, as the CLI does
                 self._post(worker, name, item, text)

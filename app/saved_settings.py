@@ -10,7 +10,7 @@ from typing import Any
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QLineEdit, QPlainTextEdit, QSpinBox, QTextEdit
 
 MAX_TEXT = {QLineEdit: 4096, QPlainTextEdit: 100_000, QTextEdit: 100_000}  # a path; a prompt (a 2 MB one hung)
-BOOLS = {True: True, False: False, "true": True, "false": False, "1": True, "0": False, 1: True, 0: False}
+BOOLS = {"true": True, "false": False, "1": True, "0": False}  # QSettings gives strings; bools and ints compare equal
 
 
 def restore(widget, raw: Any) -> str | None:
@@ -18,9 +18,10 @@ def restore(widget, raw: Any) -> str | None:
     if raw is None:
         return None
     if isinstance(widget, QCheckBox):
-        if not isinstance(raw, (bool, str, int)) or raw not in BOOLS:
-            return f"{raw!r} is not true or false"
-        widget.setChecked(BOOLS[raw])
+        key = str(raw).lower() if isinstance(raw, (bool, str, int)) else None
+        if key not in BOOLS:
+            return f"{str(raw)[:40]!r} is not true or false"
+        widget.setChecked(BOOLS[key])
         return None
     if isinstance(widget, (QSpinBox, QDoubleSpinBox)):
         kind = int if isinstance(widget, QSpinBox) else float

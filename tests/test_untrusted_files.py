@@ -458,3 +458,30 @@ def test_a_settings_file_with_values_out_of_range_starts_the_window_with_default
     assert again.banner.text() == ""
     win.close()
     again.close()
+
+
+@pytest.mark.gui
+def test_a_looping_chat_template_in_the_window_fails_on_the_worker_within_its_second(qtbot, tmp_path, model_folders):
+    """Issue 76: the template ran on the window's thread, and an endless one froze the window for good."""
+    from tests.test_app import make_window
+
+    folder = tmp_path / "chat-model"
+    shutil.copytree(model_folders["target"], folder)
+    config = folder / "tokenizer_config.json"
+    cfg = json.loads(config.read_text())
+    cfg["chat_template"] = TEMPLATES["an endless loop"]
+    config.write_text(json.dumps(cfg))
+    win = make_window(qtbot, tmp_path, str(folder), str(model_folders["copy"]))
+    try:
+        assert win.prompt_panel.chat_wanted()
+        start = time.monotonic()
+        win.race(["ar"])
+        assert time.monotonic() - start < 0.5  # the window's thread did not render it
+        qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+        assert "did not finish in 1 s" in win.banner.text() and "untick 'as a chat message'" in win.banner.text()
+        win.prompt_panel.chat.setChecked(False)
+        win.race(["ar"])
+        qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+        assert win.lanes["ar"].text().strip()
+    finally:
+        win.close()
