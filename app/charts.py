@@ -172,13 +172,20 @@ class ChartsWidget(QWidget):
         self.series.clear()
 
     def export_png(self, folder) -> list[str]:
+        """Each chart as a PNG in `folder`, rendered in memory and written whole or not at all (a full disk gives
+        a GlanceError, never a truncated image)."""
         from pyqtgraph.exporters import ImageExporter
+        from PySide6.QtCore import QBuffer, QIODevice
+
+        from engine.records.files import write_bytes_checked
 
         written = []
         for key, plot in self.plots.items():
-            path = f"{folder}/chart_{key}.png"
             exporter = ImageExporter(plot.plotItem)
             exporter.parameters()["width"] = 800
-            exporter.export(path)
-            written.append(path)
+            image = exporter.export(toBytes=True)
+            buffer = QBuffer()
+            buffer.open(QIODevice.OpenModeFlag.WriteOnly)
+            image.save(buffer, "PNG")
+            written.append(str(write_bytes_checked(f"{folder}/chart_{key}.png", bytes(buffer.data()))))
         return written

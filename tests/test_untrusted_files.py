@@ -485,3 +485,64 @@ def test_a_looping_chat_template_in_the_window_fails_on_the_worker_within_its_se
         assert win.lanes["ar"].text().strip()
     finally:
         win.close()
+
+
+@pytest.mark.gui
+def test_an_export_to_a_full_disk_says_so_and_leaves_no_file(qtbot, tmp_path, cli_log, monkeypatch):
+    """Issue 76: export reported "exported 8 files" while the chart PNGs were 0 bytes or cut short."""
+    import errno
+    import os
+
+    from app.charts import ChartsWidget
+    from app.export import export_session
+    from engine.records import files
+
+    log = tmp_path / "run.jsonl"
+    _write(log, cli_log)
+    charts = ChartsWidget()
+    qtbot.addWidget(charts)
+    calls = []
+
+    def fsync(fd):  # the disk fills up at the first chart
+        calls.append(fd)
+        if len(calls) > 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", fsync)
+    with pytest.raises(GlanceError, match="No space left on device"):
+        export_session(log, tmp_path / "export", charts)
+    assert list((tmp_path / "export").iterdir()) == []  # the files written before are removed too
+    monkeypatch.undo()
+    written = export_session(log, tmp_path / "export", charts)
+    assert len(written) == 8 and all(p.stat().st_size > 0 for p in written)
+
+
+# ---- bench validates before its first run ----------------------------------------------------------------------
+def test_bench_refuses_a_too_long_prompt_and_an_oversized_batch_before_the_first_run(
+    tmp_path, model_folders, monkeypatch, capsys
+):
+    """Issue 76: a too-long prompt was refused at its turn, after 27 of 31 runs; --batch-sizes 4096 tried 17 GB."""
+    from engine.bench import suite
+    from engine.cli import main
+    from engine.runtime import memory
+
+    ran = []
+    monkeypatch.setattr(suite, "decode_once", lambda *a, **k: ran.append(a) or {})
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "def f(x):", "id": "short"}\n{"prompt": "' + "ab " * 400 + '", "id": "long"}\n')
+    t = ["--target", str(model_folders["target"]), "--compile", "off", "--out", str(tmp_path / "out")]
+    assert main(["bench", *t, "--methods", "ar,lookahead", "--prompts", str(prompts)]) == 2
+    err = capsys.readouterr().err
+    assert "prompt 'long'" in err and "takes at most 256 positions" in err and not ran
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
+    assert main(["bench", *t, "--methods", "ar", "--batch-sizes", "1,64", "--limit", "1"]) == 2
+    assert "batch size 1 needs about" in capsys.readouterr().err and not ran
+
+
+def test_a_sweep_of_one_new_token_reports_dashes_not_a_crash(tmp_path, model_folders, capsys):
+    from engine.cli import main
+
+    t = ["--target", str(model_folders["target"]), "--draft", str(model_folders["copy"]), "--compile", "off"]
+    argv = ["bench", *t, "--methods", "ar,vanilla", "--batch-sizes", "1,2", "--max-new-tokens", "1", "--limit", "2"]
+    assert main([*argv, "--out", str(tmp_path)]) == 0
+    assert "(– + –)" in capsys.readouterr().out

@@ -150,7 +150,9 @@ def sweep_table(sweep: dict) -> str:
     rows = []
     for b in sweep["batch_sizes"]:
         r = _cell(sweep, b)
-        cells = [f"{r[m]['tokens_per_second']:.1f} ({r[m]['speedup']:.2f}x, τ {r[m]['tau']:.2f})" for m in methods]
+        cells = [
+            f"{_f(r[m]['tokens_per_second'], '.1f')} ({_f(r[m]['speedup'])}x, τ {_f(r[m]['tau'])})" for m in methods
+        ]
         rows.append(f"| {b} | " + " | ".join(cells) + " |")
     text = head + "\n".join(rows) + "\n"
     spec = [m for m in methods if m != "ar"]
@@ -163,8 +165,8 @@ def sweep_table(sweep: dict) -> str:
         for b in sweep["batch_sizes"]:
             r = _cell(sweep, b)
             cells = [
-                f"{r[m]['tau']:.2f} x {r[m].get('rows_in_use', 1.0):.2f} / "
-                f"({r[m]['draft_steps']:.2f} + {r[m]['verify_steps']:.2f})"
+                f"{_f(r[m]['tau'])} x {_f(r[m].get('rows_in_use', 1.0))} / "
+                f"({_f(r[m]['draft_steps'])} + {_f(r[m]['verify_steps'])})"
                 for m in spec
             ]
             text += f"| {b} | " + " | ".join(cells) + " |\n"
@@ -297,3 +299,8 @@ def write(results: dict, out: Path) -> list[Path]:
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     (out / "results.md").write_text(markdown(results))
     return [out / "results.json", out / "results.md", *charts(results, out)]
+
+
+def _f(value, spec: str = ".2f") -> str:
+    """A number for a table; "–" where a run had nothing to measure (one new token: no step after the prefill)."""
+    return "–" if value is None else format(value, spec)

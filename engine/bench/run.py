@@ -23,6 +23,7 @@ def run_benchmark(
 ) -> dict:
     """With batch_sizes: the sweep only (`continuous`: see run_sweep); otherwise the suite, its reference rows
     (hf_* methods) and the cost model."""
+    setup.check(prompts, methods, batch_sizes)
     target = setup.target
     results: dict = {
         "environment": environment(target, str(target.device), str(target.dtype).removeprefix("torch.")),

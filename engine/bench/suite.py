@@ -69,6 +69,38 @@ class BenchSetup:
         # A compiled forward runs the graph, not the model's module call: its own module's hooks time it.
         return mods + [f for f in map(forward_for, mods[:1] + mods[3:]) if isinstance(f, torch.nn.Module)]
 
+    def check(self, prompts: list[dict], methods: list[str], batch_sizes: list[int] | None = None) -> None:
+        """Refuse, before the first run, what a benchmark would only find out later: a prompt its template cannot
+        render, a prompt too long for a method's context (named), a batch size the device has no memory for."""
+        from engine.runtime.cache import check_window
+        from engine.runtime.memory import batch_bytes, free_bytes
+
+        lengths = {}
+        for i, record in enumerate(prompts):
+            name = str(record.get("id", f"#{i + 1}"))
+            try:
+                lengths[name] = len(self.encode(record))
+            except GlanceError as exc:
+                raise GlanceError(f"prompt {name!r}: {exc}") from None
+        longest = max(lengths, key=lengths.get)
+        for method in methods:
+            try:
+                if method in REFERENCES:
+                    check_window(self.target.model.config, lengths[longest] + self.max_new_tokens)
+                elif self.available(method):
+                    drafter = build_drafter(method, self.target, self.parts, self.options, self.sampling)
+                    Decoder(self.target.model, drafter, self.sampling, self.max_new_tokens).check_fits(lengths[longest])
+            except GlanceError as exc:
+                raise GlanceError(f"{method} on prompt {longest!r} ({lengths[longest]} tokens): {exc}") from None
+        free = free_bytes(self.target.device)
+        for rows in batch_sizes or []:
+            need = batch_bytes(self.target.model, rows, lengths[longest] + self.max_new_tokens + 64)
+            if free is not None and need > 0.8 * free:
+                raise GlanceError(
+                    f"batch size {rows} needs about {need / 2**20:,.0f} MiB for its caches and logits and "
+                    f"{self.target.device} has {free / 2**20:,.0f} MiB free: use smaller --batch-sizes"
+                )
+
     def available(self, method: str) -> bool:
         if method in REFERENCES:
             return method != "hf_assisted" or self.parts.get("draft") is not None

@@ -397,17 +397,18 @@ def read_session_log(path: str | os.PathLike, run: int = -1) -> SessionLog:
 
 
 def copy_run(src: str | os.PathLike, dst: str | os.PathLike, run: int = -1) -> None:
-    """Write one run of a log (its header line up to the next header) to `dst`, byte for byte."""
+    """Write one run of a log (its header line up to the next header) to `dst`, byte for byte, whole or not at all."""
+    from engine.records.files import write_bytes_checked
+
     with open(src, "rb") as fh:
         starts = [number - 1 for number, rec, _ in _lines(fh) if rec is not None and rec.get("type") == "header"]
     if not starts:
         raise GlanceError(f"{src} is not a Glance session log (it holds no header)")
     first = starts[run]
     end = next((i for i in starts if i > first), None)
-    with open(src, "rb") as fh, open(dst, "wb") as out:
-        for i, line in enumerate(fh):
-            if i >= first and (end is None or i < end):
-                out.write(line)
+    with open(src, "rb") as fh:
+        kept = [line for i, line in enumerate(fh) if i >= first and (end is None or i < end)]
+    write_bytes_checked(dst, b"".join(kept))
 
 
 def read_target_top(path: str | os.PathLike, offset: int) -> list:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
+from engine.records.files import write_text_checked
 from engine.records.session_log import SessionLog
 
 STEP_COLUMNS = [
@@ -37,32 +39,24 @@ RUN_COLUMNS = [
 
 
 def write_steps_csv(log: SessionLog, path: Path) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(STEP_COLUMNS)
-        for e in log.steps:
-            w.writerow(
-                [
-                    e.run_id,
-                    e.variant,
-                    e.step,
-                    len(e.draft_tokens),
-                    len(e.accepted_nodes),
-                    len(e.tokens),
-                    e.new_tokens,
-                    f"{e.draft_seconds:.6f}",
-                    f"{e.verify_seconds:.6f}",
-                    f"{e.clock:.6f}",
-                ]
-            )
+    """The per-step table, written whole or not at all (engine/records/files.py)."""
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(STEP_COLUMNS)
+    for e in log.steps:
+        row = [e.run_id, e.variant, e.step, len(e.draft_tokens), len(e.accepted_nodes), len(e.tokens), e.new_tokens]
+        w.writerow(row + [f"{e.draft_seconds:.6f}", f"{e.verify_seconds:.6f}", f"{e.clock:.6f}"])
+    write_text_checked(path, fh.getvalue())
 
 
 def write_runs_csv(log: SessionLog, path: Path) -> None:
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(RUN_COLUMNS)
-        for s in log.summaries:
-            w.writerow([getattr(s, c) for c in RUN_COLUMNS])
+    """The per-run table, written whole or not at all."""
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(RUN_COLUMNS)
+    for s in log.summaries:
+        w.writerow([getattr(s, c) for c in RUN_COLUMNS])
+    write_text_checked(path, fh.getvalue())
 
 
 def _lane_order(variants) -> list[str]:
