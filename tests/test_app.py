@@ -333,8 +333,9 @@ def test_bad_inputs_show_a_message_and_keep_working(qtbot, tmp_path, tiny_window
     win.race()
     assert "prompt is empty" in win.banner.text()
     win.prompt_panel.text.setPlainText("x = 1\n" * 300)  # past the tiny target's 256 positions
-    win.race()
-    assert win.job is None and "takes at most 256 positions" in win.banner.text()
+    win.race()  # refused on the worker, where the prompt is encoded, before any lane runs
+    qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    assert "takes at most 256 positions" in win.banner.text() and not any(lane.events for lane in win.lanes.values())
     win.prompt_panel.text.setPlainText("def add(a, b):")
     win.gen_panel.max_new.setValue(200)
     win.race()
