@@ -190,9 +190,12 @@ def test_close_during_a_slow_job_waits_for_it_and_exits_cleanly(qtbot, tmp_path,
 
 
 def open_and_wait(qtbot, win, path, recorded_speed=False):
-    """File > Open reads on the worker thread: wait for it."""
+    """File > Open reads on the worker thread and fills the lanes frame by frame: wait for both."""
     win.open_log(path, recorded_speed)
     qtbot.waitUntil(lambda: win.job is None, timeout=30_000)
+    if not recorded_speed:
+        qtbot.waitUntil(lambda: not win.replay_timer.isActive(), timeout=30_000)
+        win._render_frame()
 
 
 def test_export_and_replay(qtbot, tmp_path, tiny_window, closing):

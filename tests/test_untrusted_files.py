@@ -546,3 +546,39 @@ def test_a_sweep_of_one_new_token_reports_dashes_not_a_crash(tmp_path, model_fol
     argv = ["bench", *t, "--methods", "ar,vanilla", "--batch-sizes", "1,2", "--max-new-tokens", "1", "--limit", "2"]
     assert main([*argv, "--out", str(tmp_path)]) == 0
     assert "(– + –)" in capsys.readouterr().out
+
+
+@pytest.mark.gui
+def test_a_large_log_opens_in_the_background_without_stalling_the_window(qtbot, tmp_path, cli_log, model_folders):
+    """Issue 76: a 120 MB log froze the window. Reading happens on the worker and the replay in frames, so the
+    window's event loop never waits long (10k steps here; the issue's 120 MB opens in about 15 s the same way)."""
+    from PySide6.QtCore import QTimer
+
+    from tests.test_app import make_window
+
+    steps = [r for r in cli_log if r["type"] == "step"][1:]
+    lines, clock = [cli_log[0]], 0.0
+    for n in range(1, 10_001):
+        clock += 0.01
+        lines.append({**steps[n % len(steps)], "step": n, "clock": clock, "new_tokens": n})
+    _write(tmp_path / "big.jsonl", lines)
+    win = make_window(qtbot, tmp_path, str(model_folders["target"]), str(model_folders["copy"]))
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(tick)
+    timer.start()
+    try:
+        win.open_log(tmp_path / "big.jsonl")
+        qtbot.waitUntil(lambda: win.job is None and not win.replay_timer.isActive(), timeout=120_000)
+        assert len(win.lanes["vanilla"].events) == 10_000
+        assert max(gaps) < 1.0, max(gaps)
+    finally:
+        timer.stop()
+        win.close()
