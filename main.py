@@ -7,7 +7,30 @@ import sys
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
+def usable_inductor_cache() -> None:
+    """torch creates its compile cache folder when it is imported: one that cannot be written (read-only, full, a
+    file in the way) failed every command with a traceback. Fall back to a fresh temporary folder, and say so."""
+    import getpass
+    import tempfile
+
+    wanted = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"
+    )
+    try:
+        os.makedirs(wanted, exist_ok=True)
+        with tempfile.TemporaryFile(dir=wanted):
+            pass
+    except OSError as exc:
+        fallback = tempfile.mkdtemp(prefix="glance-inductor-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = fallback
+        why = exc.strerror or exc
+        print(
+            f"glance: warning: the compile cache {wanted} cannot be written ({why}); using {fallback}", file=sys.stderr
+        )
+
+
 def run() -> int:
+    usable_inductor_cache()
     if len(sys.argv) == 1:
         try:
             import PySide6  # noqa: F401  (the app's one optional-looking dependency: say so if it is missing)

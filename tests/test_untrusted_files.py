@@ -5,6 +5,7 @@ result or one GlanceError naming what is wrong, never a traceback or a hang."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import time
@@ -491,7 +492,6 @@ def test_a_looping_chat_template_in_the_window_fails_on_the_worker_within_its_se
 def test_an_export_to_a_full_disk_says_so_and_leaves_no_file(qtbot, tmp_path, cli_log, monkeypatch):
     """Issue 76: export reported "exported 8 files" while the chart PNGs were 0 bytes or cut short."""
     import errno
-    import os
 
     from app.charts import ChartsWidget
     from app.export import export_session
@@ -582,3 +582,18 @@ def test_a_large_log_opens_in_the_background_without_stalling_the_window(qtbot, 
     finally:
         timer.stop()
         win.close()
+
+
+def test_an_unwritable_compile_cache_falls_back_to_a_temporary_one(tmp_path):
+    """Issue 76: a compile cache folder that cannot be written broke every command (torch creates it on import)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(blocker / "cache")}
+    main_py = Path(__file__).resolve().parents[1] / "main.py"
+    proc = subprocess.run([sys.executable, str(main_py), "models", "list"], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-500:]
+    assert "the compile cache" in proc.stderr and "cannot be written" in proc.stderr and "smollm2" in proc.stdout
