@@ -597,3 +597,30 @@ def test_an_unwritable_compile_cache_falls_back_to_a_temporary_one(tmp_path):
     proc = subprocess.run([sys.executable, str(main_py), "models", "list"], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-500:]
     assert "the compile cache" in proc.stderr and "cannot be written" in proc.stderr and "smollm2" in proc.stdout
+
+
+def test_a_bundled_draft_without_its_installed_target_says_how_to_install(tmp_path, monkeypatch):
+    """Issue 76: it said "the target folder holds no safetensors weights to share with the draft" instead."""
+    from engine.models.loading import RESOURCES, load_model
+
+    monkeypatch.setenv("GLANCE_HOME", str(tmp_path))
+    with pytest.raises(GlanceError, match=r"not installed yet: run `python main.py models install smollm2`"):
+        load_model(RESOURCES / "models" / "smollm2" / "draft")
+
+
+def test_a_small_position_table_loads_times_and_races_in_a_session(tmp_path):
+    """Issue 76: the load's forward timing ran at 128 cached positions, past GPT-2's 64, on every method."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from engine.session import RaceSettings, Session
+    from engine.train.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["def add(a, b):\n    return a + b\n"] * 20, 300, tmp_path / "tok")
+    config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=len(tok), bos_token_id=None)
+    torch.manual_seed(0)
+    GPT2LMHeadModel(config).save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    session = Session.load(str(tmp_path / "gpt2"), methods=["ar", "lookahead"], dtype="float32", time_forwards=True)
+    ids = session.encode("def add(a, b):", False)
+    out = {lane: item for lane, item in session.race(ids, RaceSettings(["ar", "lookahead"], 40)) if item is not None}
+    assert len(out["ar"].token_ids) == 40 and out["lookahead"].token_ids == out["ar"].token_ids
