@@ -624,3 +624,14 @@ def test_a_small_position_table_loads_times_and_races_in_a_session(tmp_path):
     ids = session.encode("def add(a, b):", False)
     out = {lane: item for lane, item in session.race(ids, RaceSettings(["ar", "lookahead"], 40)) if item is not None}
     assert len(out["ar"].token_ids) == 40 and out["lookahead"].token_ids == out["ar"].token_ids
+
+
+def test_a_run_refused_for_its_length_leaves_the_log_as_it_was(tmp_path, model_folders, capsys):
+    from engine.cli import main
+
+    log = tmp_path / "run.jsonl"
+    argv = ["generate", "--target", str(model_folders["target"]), "--prompt", "def f(x):", "--log", str(log)]
+    assert main([*argv, "--max-new-tokens", "4"]) == 0
+    before = log.read_bytes()
+    assert main([*argv, "--max-new-tokens", "400"]) == 2
+    assert "takes at most 256 positions" in capsys.readouterr().err and log.read_bytes() == before
