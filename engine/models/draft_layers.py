@@ -38,7 +38,8 @@ def assemble_draft(layers_dir: Path, target_dir: Path, out: Path) -> Path:
     try:
         state = load_file(str(layers_dir / LAYERS_FILE))
     except Exception as exc:  # safetensors' own error for a damaged or truncated header
-        raise GlanceError(f"{layers_dir / LAYERS_FILE} could not be read ({reason(exc, 160)}): a damaged file") from None
+        why = reason(exc, 160)
+        raise GlanceError(f"{layers_dir / LAYERS_FILE} could not be read ({why}): a damaged file") from None
     config = read_json_object(layers_dir / "config.json", "a draft's config")
     wanted = SHARED[:1] if config.get("tie_word_embeddings", False) else SHARED
     for key in wanted:
