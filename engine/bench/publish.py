@@ -1,6 +1,6 @@
 """Regenerate the benchmark results the README quotes, into docs/results/, with one command.
 
-    python -m engine.bench.publish                    # all four settings (about an hour on a 2-core CPU)
+    python -m engine.bench.publish                    # all four settings (over an hour on a 2-core CPU)
     python -m engine.bench.publish --only suite,sweep
     python -m engine.bench.publish --dry-run          # print the commands only
 
@@ -25,13 +25,13 @@ SETTINGS: dict[str, list[str]] = {
         "--target",
         "SmolLM2-135M-Instruct",
         "--prompts",
-        "resources/prompts/chat.jsonl",
+        "resources/prompts/sharegpt.jsonl",
         "--limit",
-        "6",
+        "16",
         "--max-new-tokens",
-        "64",
+        "128",
         "--methods",
-        "ar,medusa,eagle,eagle3,lookahead",
+        "ar,vanilla,medusa,eagle,eagle3,lookahead",
     ],
     "sweep": ["bench", "--batch-sizes", "1,2,4", "--max-new-tokens", "32", "--limit", "16", "--draft-budget", "auto"],
 }
