@@ -16,8 +16,8 @@ from app.lane import LaneWidget
 from engine import BASELINE, RunSummary, StepEvent, StepText
 
 FRAME_MS = 100  # coalesce arriving events into at most 10 repaints a second
-# An opened log's steps shown per frame: laying out a lane's text costs about 0.1 ms a token, so all of a large log in
-# one frame froze the window for seconds; this many per frame keeps each frame near a tenth of a second.
+# An opened log's steps shown per frame: all of a large log in one frame froze the window for seconds (laying out a
+# lane's text costs about 0.1 ms a token); frames come FRAME_MS apart, so the window paints and answers in between.
 OPENED_ITEMS_PER_FRAME = 600
 CHART_MS = 1000  # headers and charts once a second: rendering competes with the engine (app/bench_window.py)
 
@@ -191,12 +191,12 @@ class RaceView(QWidget):
 
     # ---- playback of a saved run ----------------------------------------------------------------------------
     def play(self, items: list[tuple[float, str, StepEvent | RunSummary, StepText | None]], recorded_speed: bool):
-        """Show (clock, lane, item, text) records: in file order, a few hundred a frame (the window stays live
-        while a large log fills in), or each when its lane's recorded clock comes round."""
+        """Show (clock, lane, item, text) records: in file order, a few hundred a frame (the window stays live while
+        a large log fills in), or each when its lane's recorded clock comes round."""
         self.replay_queue = deque(sorted(items, key=lambda x: x[0]) if recorded_speed else items)
         self.replay_in_time = recorded_speed
         self.replay_started = time.perf_counter()
-        self.replay_timer.start(FRAME_MS if recorded_speed else 0)
+        self.replay_timer.start(FRAME_MS)
         self.replaying.emit(True)
 
     def stop_replay(self) -> None:
