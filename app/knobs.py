@@ -61,21 +61,6 @@ def widget_value(w: QWidget) -> Any:
     return w.currentText().strip()
 
 
-def set_widget_value(w: QWidget, value: Any) -> None:
-    """Set from a saved value (QSettings gives strings back); a value that does not parse leaves the widget as is."""
-    try:
-        if isinstance(w, QCheckBox):
-            w.setChecked(value in (True, "true", "1", 1))
-        elif isinstance(w, QSpinBox):
-            w.setValue(int(value))
-        elif isinstance(w, QDoubleSpinBox):
-            w.setValue(float(value))
-        elif str(value):
-            w.setCurrentText(str(value))
-    except (TypeError, ValueError):
-        pass
-
-
 class DrafterSection(QWidget):
     """A drafter's knobs under a header that folds them away."""
 
@@ -146,8 +131,3 @@ class DrafterKnobs(QWidget):
     def values(self) -> dict[str, Any]:
         """Option name -> value, for DrafterOptions(**values)."""
         return {name: widget_value(w) for name, w in self.widgets.items()}
-
-    def set_values(self, values: dict[str, Any]) -> None:
-        for name, value in values.items():
-            if name in self.widgets and value is not None:
-                set_widget_value(self.widgets[name], value)
