@@ -1,5 +1,5 @@
 """Random values at every flag of `generate` and `bench` (Hypothesis): the CLI ends with exit 0, or exit 2 and one
-line on stderr, never a traceback. GLANCE_FUZZ_EXAMPLES sets how many argument sets each test tries (default 40)."""
+line on stderr, never a traceback. GLANCE_FUZZ_EXAMPLES sets how many argument sets each test tries (default 25)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from engine.cli import build_parser, main
 
-EXAMPLES = int(os.environ.get("GLANCE_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("GLANCE_FUZZ_EXAMPLES", "25"))
 NEVER = {"--help", "-h", "--allow-download", "--trust-remote-code", "--target", "--out", "--log"}  # no network
 VALUES = st.one_of(
     st.integers(min_value=-(10**30), max_value=10**30).map(str),
