@@ -133,3 +133,19 @@ def test_the_bundled_heads_load_with_the_model_by_name_and_are_lossless(session)
         result = session.decoder(method, RaceSettings([method], max_new_tokens=NEW, draft_budget="full")).generate(ids)
         assert result.tokens == ref[: len(result.tokens)], method
         assert result.summary.mean_accepted_length > 1.0, method  # trained: drafts get accepted
+
+
+def test_install_converts_and_builds_the_bundled_draft(tmp_path, monkeypatch):
+    """A fresh install also builds the draft from its bundled layers (it once failed after converting the target)."""
+    import shutil
+
+    import engine.models.catalog as catalog
+    import engine.models.convert as convert
+
+    folder = installed_folder()
+    monkeypatch.setenv("GLANCE_HOME", str(tmp_path))
+    monkeypatch.setattr(catalog, "packaged_file", lambda entry: tmp_path / ENTRY.file)
+    monkeypatch.setattr(convert, "convert_gguf", lambda gguf, out, **kw: shutil.copytree(folder, out))
+    assert convert.install(ENTRY.key, log=lambda m: None) == tmp_path / "models" / ENTRY.name
+    draft = tmp_path / "models" / f"{ENTRY.name}-draft"
+    assert (draft / "config.json").exists() and resolve(ENTRY.key) == tmp_path / "models" / ENTRY.name

