@@ -1,6 +1,8 @@
 """EAGLE's draft vocabulary: the head reads its candidates from some rows of the target's LM head only. Output stays
 the target's (greedy and sampled, one row and batched); the vocabulary saves, loads and is checked."""
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -240,3 +242,38 @@ def test_medusa_vocabulary_saves_and_loads(tmp_path):
     save_file({"draft_ids": torch.tensor([1, target.config.vocab_size + 4])}, str(tmp_path / "m" / DRAFT_VOCAB))
     with pytest.raises(GlanceError, match="another model"):
         load_medusa_heads(tmp_path / "m", target)
+
+
+def test_training_on_from_a_head_keeps_its_vocabulary_and_starts_its_curve_where_it_was(model_folders, tmp_path):
+    """`train eagle --from` and `train medusa --from` go on training trained heads: the draft vocabulary stays, the
+    curve's first point (step 0) is the old head's held-out accuracy, and training.json says where it started."""
+    from engine.cli import main
+    from engine.heads.medusa import load_medusa_heads
+    from engine.models.loading import load_model
+    from engine.train.eagle import train_eagle
+
+    data = tmp_path / "corpus.py"
+    data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n" * 300)
+    target = str(model_folders["target"])
+    model = load_model(target).model
+    first = train_eagle(target, tmp_path / "e1", steps=2, data=str(data), batch_size=2, seq_len=32, draft_vocab=24)
+    common = ["--target", target, "--data", str(data), "--steps", "2", "--draft-vocab", "7"]
+    assert main(["train", "eagle", *common, "--from", str(tmp_path / "e1"), "--out", str(tmp_path / "e2")]) == 0
+    report = json.loads((tmp_path / "e2" / "training.json").read_text())
+    assert report["started_from"] == str(tmp_path / "e1") and report["draft_vocab"] == 24
+    assert torch.equal(
+        load_eagle_head(tmp_path / "e2", model).draft_ids, load_eagle_head(tmp_path / "e1", model).draft_ids
+    )
+    curve = [json.loads(line) for line in (tmp_path / "e2" / "curve.jsonl").read_text().splitlines()]
+    assert [p["step"] for p in curve] == [0, 2] and curve[0]["top1"] == [a["top1"] for a in first["heldout_accuracy"]]
+
+    assert main(["train", "medusa", *common, "--heads", "2", "--out", str(tmp_path / "m1")]) == 0
+    assert (
+        main(
+            ["train", "medusa", *common, "--heads", "3", "--from", str(tmp_path / "m1"), "--out", str(tmp_path / "m2")]
+        )
+        == 0
+    )
+    heads = load_medusa_heads(tmp_path / "m2", model)
+    assert heads.num_heads == 2 and len(heads.draft_ids) == 7  # the old heads' shape and vocabulary win
+    assert json.loads((tmp_path / "m2" / "training.json").read_text())["started_from"] == str(tmp_path / "m1")

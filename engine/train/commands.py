@@ -8,6 +8,8 @@ from pathlib import Path
 
 from engine.errors import GlanceError
 
+DATA_HELP = "a `train corpus` folder, a text file or a folder of .py/.txt/.md files (default: the stdlib)"
+
 
 def add_train_parser(sub) -> None:
     """The `train` command and its recipes, under the CLI's subcommands `sub`."""
@@ -22,7 +24,7 @@ def add_train_parser(sub) -> None:
     demo.add_argument("--max-files", type=int, default=None, help="use only the first N files (quick trials)")
     med = tsub.add_parser("medusa", help="train Medusa heads for a frozen target (self-distillation)")
     med.add_argument("--target", required=True, help="target model folder or hub id")
-    med.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    med.add_argument("--data", default=None, help=DATA_HELP)
     med.add_argument("--heads", type=int, default=4)
     med.add_argument("--layers", type=int, default=1)
     med.add_argument("--steps", type=int, default=500)
@@ -37,16 +39,28 @@ def add_train_parser(sub) -> None:
         default=4096,
         help="candidates read from the most frequent training tokens only (0: the whole vocabulary)",
     )
+    med.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        help="go on training this Medusa heads folder (its draft vocabulary too) instead of fresh heads",
+    )
     med.add_argument("--out", required=True)
     eg = tsub.add_parser("eagle", help="train an EAGLE head for a frozen target")
     eg.add_argument("--target", required=True, help="target model folder or hub id")
-    eg.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    eg.add_argument("--data", default=None, help=DATA_HELP)
     eg.add_argument("--steps", type=int, default=500)
     eg.add_argument(
         "--draft-vocab",
         type=int,
         default=2048,
         help="candidates read from the most frequent training tokens only (0: the whole vocabulary)",
+    )
+    eg.add_argument(
+        "--from",
+        dest="start_from",
+        default=None,
+        help="go on training this EAGLE head folder (its draft vocabulary too) instead of fresh a head",
     )
     eg.add_argument("--out", required=True)
     dv = tsub.add_parser(
@@ -64,7 +78,7 @@ def add_train_parser(sub) -> None:
         "eagle3", help="train an EAGLE-3 head (fused features, reduced vocabulary, training-time test)"
     )
     e3.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
-    e3.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    e3.add_argument("--data", default=None, help=DATA_HELP)
     e3.add_argument("--draft-vocab", type=int, default=2048, help="draft vocabulary: the most frequent training tokens")
     e3.add_argument("--ttt-steps", type=int, default=4, help="training-time test: unroll steps on the head's outputs")
     e3.add_argument(
@@ -77,7 +91,7 @@ def add_train_parser(sub) -> None:
     e3.add_argument("--out", required=True)
     dr = tsub.add_parser("draft", help="distill a small vanilla draft from a frozen target (shares its tokenizer)")
     dr.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
-    dr.add_argument("--data", default=None, help="a text file or folder of .py/.txt/.md files (default: the stdlib)")
+    dr.add_argument("--data", default=None, help=DATA_HELP)
     dr.add_argument(
         "--layers", type=int, default=4, help="decoder layers kept, copied from evenly spaced target layers"
     )
@@ -164,6 +178,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             args.data,
             shared_lm_head=not args.own_lm_head,
             draft_vocab=args.draft_vocab,
+            start_from=args.start_from,
         )
         print(json.dumps(report, indent=2))
         return 0
@@ -172,7 +187,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 
         if args.steps < 1 or args.draft_vocab < 0:
             raise GlanceError("--steps must be positive, --draft-vocab non-negative")
-        report = train_eagle(args.target, Path(args.out), args.steps, args.data, draft_vocab=args.draft_vocab)
+        report = train_eagle(
+            args.target,
+            Path(args.out),
+            args.steps,
+            args.data,
+            draft_vocab=args.draft_vocab,
+            start_from=args.start_from,
+        )
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "draft-vocab":

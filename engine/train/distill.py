@@ -19,7 +19,7 @@ import torch
 from engine.errors import GlanceError
 from engine.models.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.models.loading import save_tokenizer
-from engine.train.heads import head_config, prepare, train_head
+from engine.train.heads import head_config, prepare, train_head, write_report
 from engine.train.precision import training_autocast
 
 
@@ -143,7 +143,11 @@ def train_draft(
 
     t0 = time.time()
     draft.train()
-    shown = train_head(draft, opt, step_loss, train, cfg, out / "train_state.pt", "draft", clip=1.0)
+
+    def evaluate() -> list[dict]:
+        return [{"depth": 1, "top1": heldout_agreement(draft, target, held)}]
+
+    shown = train_head(draft, opt, step_loss, train, cfg, out / "train_state.pt", "draft", 1.0, evaluate)
     draft.eval()
     if start_from is None:
         save_layers(draft, out, str(target_path), idx, loaded.tokenizer)
@@ -166,5 +170,4 @@ def train_draft(
     }
     if start_from is not None:
         report["heldout_top1_agreement_before"] = before
-    (out / "training.json").write_text(json.dumps(report, indent=2))
-    return report
+    return write_report(out, report, data, time.time() - t0)

@@ -50,6 +50,16 @@ def trained_vocab(loaded, train: torch.Tensor, held: torch.Tensor, size: int) ->
     return ids, {"draft_vocab": len(ids), "heldout_vocab_coverage": coverage(held, ids, vocab)}
 
 
+def kept_vocab(loaded, ids: torch.Tensor | None, held: torch.Tensor, source: str) -> tuple[torch.Tensor | None, dict]:
+    """A head trained on from `source` keeps its draft vocabulary `ids` (None: the whole vocabulary); the report's
+    lines on it, as `trained_vocab` gives them."""
+    if ids is None:
+        return None, {"draft_vocab": None, "heldout_vocab_coverage": None}
+    vocab = loaded.model.get_output_embeddings().weight.shape[0]
+    ids = ids.cpu()
+    return ids, {"draft_vocab": len(ids), "heldout_vocab_coverage": coverage(held, ids, vocab), "kept_from": source}
+
+
 def write_draft_vocab(
     target_path: str, head: str, size: int = 2048, data: str | None = None, like: str | None = None
 ) -> dict:

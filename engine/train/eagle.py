@@ -4,15 +4,14 @@ input features. Features are computed on the fly from corpus text. Progress bar;
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from engine.heads.eagle import EagleHead
-from engine.train.heads import head_config, prepare, train_head
+from engine.heads.eagle import EagleHead, load_eagle_head
+from engine.train.heads import head_config, prepare, train_head, write_report
 from engine.train.precision import training_autocast
 
 NOISE = 0.1  # half-width of the uniform noise added to input features
@@ -78,15 +77,23 @@ def train_eagle(
     lr: float = 1e-3,
     seed: int = 0,
     draft_vocab: int = 2048,
+    start_from: str | None = None,
 ) -> dict:
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`, with a draft
-    vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary)."""
-    from engine.train.draft_vocab import trained_vocab
+    vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary). `start_from`: a
+    trained head's folder to go on training (its weights and draft vocabulary; `draft_vocab` is then ignored)."""
+    from engine.train.draft_vocab import kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
-    head = EagleHead.for_target(target).float()
+    if start_from:
+        head = load_eagle_head(start_from, target).float()
+        ids, vocab_report = kept_vocab(loaded, head.draft_ids, held, start_from)
+    else:
+        head = EagleHead.for_target(target).float()
+        ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
+    head.set_draft_vocab(None)  # trained over the whole vocabulary; drafts over `ids`
     opt = torch.optim.AdamW(head.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)
 
@@ -95,23 +102,28 @@ def train_eagle(
         loss, reg, cls = eagle_loss(head, batch, feats.float(), logits)
         return loss, {"reg": reg, "cls": cls}
 
+    def evaluate() -> list[dict]:
+        head.set_draft_vocab(ids)  # measured as it will draft
+        try:
+            return depth_accuracy(head, target, held)
+        finally:
+            head.set_draft_vocab(None)
+
     t0 = time.time()
-    shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", clip=1.0)
-    reg, cls = shown.get("reg", float("nan")), shown.get("cls", float("nan"))
-    ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
-    head.set_draft_vocab(ids)  # trained over the whole vocabulary; drafts over its most frequent tokens
+    shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", 1.0, evaluate)
+    head.set_draft_vocab(ids)
     head.save(out)
     with training_autocast():
         accuracy = depth_accuracy(head, target, held)
     report = {
         "target": str(target_path),
+        "started_from": str(start_from) if start_from else None,
         "steps": cfg.steps,
         "tokens": cfg.steps * batch_size * seq_len,
-        "final_regression_loss": reg,
-        "final_classification_loss": cls,
+        "final_regression_loss": shown.get("reg", float("nan")),
+        "final_classification_loss": shown.get("cls", float("nan")),
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
         **vocab_report,
     }
-    (out / "training.json").write_text(json.dumps(report, indent=2))
-    return report
+    return write_report(out, report, data, time.time() - t0)

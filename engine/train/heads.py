@@ -120,11 +120,14 @@ def train_head(
     eval_every: int = 250,
 ) -> dict:
     """Run (or resume) the loop; `step_loss(batch [B, T])` returns the loss and numbers for the progress bar.
-    `evaluate()` (held-out top-1 per depth) runs every `eval_every` steps and at the end; each result is a line of
-    curve.jsonl beside the checkpoint, the training curve a model card plots. Returns the last step's numbers."""
+    `evaluate()` (held-out top-1 per depth) runs before a fresh run's first step, every `eval_every` steps and at
+    the end; each result is a line of curve.jsonl beside the checkpoint, the training curve a model card plots.
+    Returns the last step's numbers."""
     start = 0
     if not checkpoint.exists():
         (checkpoint.parent / "curve.jsonl").unlink(missing_ok=True)  # a fresh run starts a fresh curve
+        if evaluate is not None:  # where it starts: chance for a new head, the old accuracy for one trained on
+            log_curve(checkpoint.parent / "curve.jsonl", 0, cfg, module, evaluate)
     if checkpoint.exists():
         state = torch.load(checkpoint, weights_only=True)
         module.load_state_dict(state["module"])

@@ -4,15 +4,14 @@ checkpoints."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from engine.heads.medusa import MedusaHeads
-from engine.train.heads import head_config, prepare, train_head
+from engine.heads.medusa import MedusaHeads, load_medusa_heads
+from engine.train.heads import head_config, prepare, train_head, write_report
 from engine.train.precision import training_autocast
 
 
@@ -74,17 +73,25 @@ def train_medusa(
     lr: float = 1e-3,
     seed: int = 0,
     draft_vocab: int = 4096,
+    start_from: str | None = None,
 ) -> dict:
     """Train (or resume) Medusa heads for the target and save them in the published layout to `out`, with a draft
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary): trained over the
-    whole vocabulary, the heads then read their candidates from those rows only (engine/heads/draft_vocab.py)."""
-    from engine.train.draft_vocab import trained_vocab
+    whole vocabulary, the heads then read their candidates from those rows only (engine/heads/draft_vocab.py).
+    `start_from`: trained heads to go on training (their shape and draft vocabulary win over the arguments)."""
+    from engine.train.draft_vocab import kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
     target = loaded.model
-    heads = MedusaHeads.for_target(target, num_heads, num_layers, shared_lm_head, base_model=str(target_path))
+    if start_from:
+        heads = load_medusa_heads(start_from, target)
+        ids, vocab_report = kept_vocab(loaded, heads.draft_ids, held, start_from)
+    else:
+        heads = MedusaHeads.for_target(target, num_heads, num_layers, shared_lm_head, base_model=str(target_path))
+        ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     heads.float()
+    heads.set_draft_vocab(None)  # trained over the whole vocabulary; reads its candidates from `ids`
     opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)
 
@@ -93,25 +100,30 @@ def train_medusa(
         loss, per_head = medusa_loss(heads, hidden.float(), greedy)
         return loss, {"loss": loss.item(), "per_head": per_head}
 
+    def evaluate() -> list[dict]:
+        heads.set_draft_vocab(ids)  # measured as it will draft
+        try:
+            return head_accuracy(heads, target, held)
+        finally:
+            heads.set_draft_vocab(None)
+
     t0 = time.time()
-    shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa")
-    per_head = shown.get("per_head", [])
-    ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
+    shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa", evaluate=evaluate)
     heads.set_draft_vocab(ids)
     heads.save(out)
     with training_autocast():
         accuracy = head_accuracy(heads, target, held)
     report = {
         "target": str(target_path),
-        "heads": num_heads,
-        "layers": num_layers,
-        "shared_lm_head": shared_lm_head,
+        "started_from": str(start_from) if start_from else None,
+        "heads": heads.num_heads,
+        "layers": heads.num_layers,
+        "shared_lm_head": heads.shared_lm_head is not None,
         "steps": cfg.steps,
         "tokens": cfg.steps * batch_size * seq_len,
-        "final_loss_per_head": per_head,
+        "final_loss_per_head": shown.get("per_head", []),
         "wall_seconds_this_run": round(time.time() - t0, 1),
         "heldout_accuracy": accuracy,
         **vocab_report,
     }
-    (out / "training.json").write_text(json.dumps(report, indent=2))
-    return report
+    return write_report(out, report, data, time.time() - t0)
