@@ -96,13 +96,16 @@ def build_corpus(
     if compile:
         print(compile_model(loaded.model, "the target").line())
     held_answers = out / "heldout" / "answers.txt"
-    if not held_answers.exists():
-        text, _ = answer_shard(loaded, encoded(held, HELDOUT_ANSWERS), max_new_tokens, rows)
-        write_text_checked(held_answers, text)
+    held_todo = [] if held_answers.exists() else encoded(held, HELDOUT_ANSWERS)
     shards = [todo[i : i + SHARD] for i in range(0, len(todo), SHARD)]
     done = sum(len(s) for n, s in enumerate(shards) if (out / "train" / f"answers-{n:05d}.txt").exists())
-    bar = tqdm(total=len(todo), initial=done, desc="answers", unit="prompt", dynamic_ncols=True)
+    total = len(todo) + len(held_todo)
+    bar = tqdm(total=total, initial=done, desc="answers", unit="prompt", dynamic_ncols=True)
     t0, made = time.time(), 0
+    if held_todo:  # first: what held-out accuracy is measured on
+        text, made = answer_shard(loaded, held_todo, max_new_tokens, rows)
+        write_text_checked(held_answers, text)
+        bar.update(len(held_todo))
     for n, shard in enumerate(shards):
         path = out / "train" / f"answers-{n:05d}.txt"
         if path.exists():
