@@ -263,3 +263,30 @@ def test_plain_steps_tell_the_budget_what_head_0_would_have_guessed(monkeypatch)
     monkeypatch.setattr("engine.drafters.medusa.HINDSIGHT_ROWS", 3)
     assert Decoder(target, drafter, max_new_tokens=NEW, budget=PlainThenDraft()).generate(prompt).tokens == res.tokens
     assert told == [(expected[-3:], 1, firsts[-3:])]
+
+
+def test_heads_sharing_the_lm_head_train_over_their_draft_vocabulary():
+    """With a draft vocabulary, the loss is cross-entropy over those rows only; labels outside it are skipped (they
+    cannot be drafted), and training on it still lowers the loss."""
+    target = tiny_model("llama", sharpen=4.0)
+    for p in target.parameters():
+        p.requires_grad_(False)
+    heads = MedusaHeads.for_target(target, 2, 1, shared_lm_head=True)
+    batch = torch.randint(0, 96, (4, 32))
+    hidden, greedy = target_features(target, batch)
+    ids = greedy.unique()[::2]  # half the labels fall outside
+    heads.set_draft_vocab(ids)
+    first, _ = medusa_loss(heads, hidden, greedy)
+    logits = heads(hidden)[0, :, :-1]  # head 0 over the draft vocabulary
+    label = greedy[:, 1:]
+    inside = torch.isin(label, ids)
+    want = torch.nn.functional.cross_entropy(logits[inside].float(), torch.searchsorted(ids, label[inside]))
+    _, per_head = medusa_loss(heads, hidden, greedy)
+    assert per_head[0] == pytest.approx(want.item(), rel=1e-5)
+    opt = torch.optim.AdamW(heads.parameters(), lr=3e-3)
+    for _ in range(30):
+        loss, _ = medusa_loss(heads, hidden, greedy)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert medusa_loss(heads, hidden, greedy)[0].item() < 0.8 * first.item()

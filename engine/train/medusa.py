@@ -23,14 +23,19 @@ def target_features(target, batch: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 
 
 def medusa_loss(heads: MedusaHeads, hidden: torch.Tensor, greedy: torch.Tensor) -> tuple[torch.Tensor, list]:
-    """Head k at position t is trained towards greedy[t + k + 1] (the target's prediction of token t + k + 2)."""
-    logits = heads(hidden)  # [K, B, T, V]
+    """Head k at position t is trained towards greedy[t + k + 1] (the target's prediction of token t + k + 2). With
+    a draft vocabulary set, over that vocabulary only (labels outside it are skipped: they cannot be drafted)."""
+    logits = heads(hidden)  # [K, B, T, V] (V: the draft vocabulary's size where set)
+    if heads.draft_ids is not None:
+        to_draft = torch.full((heads.vocab,), -100, dtype=torch.long, device=greedy.device)
+        to_draft[heads.draft_ids] = torch.arange(len(heads.draft_ids), device=greedy.device)
+        greedy = to_draft[greedy]
     total, per_head = 0.0, []
     for k in range(heads.num_heads):
         shift = k + 1
         pred = logits[k, :, :-shift]  # [B, T - shift, V]
         label = greedy[:, shift:]
-        loss = F.cross_entropy(pred.float().reshape(-1, pred.shape[-1]), label.reshape(-1))
+        loss = F.cross_entropy(pred.float().reshape(-1, pred.shape[-1]), label.reshape(-1), ignore_index=-100)
         total = total + loss * (0.8**k)  # nearer heads matter more (Medusa weights later heads down)
         per_head.append(loss.item())
     return total, per_head
@@ -91,7 +96,10 @@ def train_medusa(
         heads = MedusaHeads.for_target(target, num_heads, num_layers, shared_lm_head, base_model=str(target_path))
         ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     heads.float()
-    heads.set_draft_vocab(None)  # trained over the whole vocabulary; reads its candidates from `ids`
+    # Heads sharing the frozen LM head train over the rows they will read (a twelfth of the vocabulary costs a twelfth
+    # of the read-out); heads with their own projections train them over the whole vocabulary.
+    train_ids = ids if heads.shared_lm_head is not None else None
+    heads.set_draft_vocab(train_ids)
     opt = torch.optim.AdamW([p for p in heads.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
     cfg = head_config(steps, batch_size, seq_len, lr, seed)
 
@@ -105,7 +113,7 @@ def train_medusa(
         try:
             return head_accuracy(heads, target, held)
         finally:
-            heads.set_draft_vocab(None)
+            heads.set_draft_vocab(train_ids)
 
     t0 = time.time()
     shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa", evaluate=evaluate)
