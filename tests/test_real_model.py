@@ -145,7 +145,11 @@ def test_install_converts_and_builds_the_bundled_draft(tmp_path, monkeypatch):
     folder = installed_folder()
     monkeypatch.setenv("GLANCE_HOME", str(tmp_path))
     monkeypatch.setattr(catalog, "packaged_file", lambda entry: tmp_path / ENTRY.file)
-    monkeypatch.setattr(convert, "convert_gguf", lambda gguf, out, **kw: shutil.copytree(folder, out))
+
+    def converted(gguf, out, **kw):  # the installed model's files, linked: the conversion has its own test
+        shutil.copytree(folder, out, copy_function=os.symlink)
+
+    monkeypatch.setattr(convert, "convert_gguf", converted)
     assert convert.install(ENTRY.key, log=lambda m: None) == tmp_path / "models" / ENTRY.name
     draft = tmp_path / "models" / f"{ENTRY.name}-draft"
     assert (draft / "config.json").exists() and resolve(ENTRY.key) == tmp_path / "models" / ENTRY.name
