@@ -5,6 +5,7 @@ from another head trained on the same text (an EAGLE-3 head's `d2t`, another hea
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -58,6 +59,17 @@ def kept_vocab(loaded, ids: torch.Tensor | None, held: torch.Tensor, source: str
     vocab = loaded.model.get_output_embeddings().weight.shape[0]
     ids = ids.cpu()
     return ids, {"draft_vocab": len(ids), "heldout_vocab_coverage": coverage(held, ids, vocab), "kept_from": source}
+
+
+@contextmanager
+def drafting_over(heads, ids: torch.Tensor | None, restore: torch.Tensor | None):
+    """Heads set to draft over `ids` for the block (held-out accuracy is measured as they will draft), then back to
+    `restore`, the vocabulary they train over."""
+    heads.set_draft_vocab(ids)
+    try:
+        yield heads
+    finally:
+        heads.set_draft_vocab(restore)
 
 
 def write_draft_vocab(

@@ -82,7 +82,7 @@ def train_eagle(
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`, with a draft
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary). `start_from`: a
     trained head's folder to go on training (its weights and draft vocabulary; `draft_vocab` is then ignored)."""
-    from engine.train.draft_vocab import kept_vocab, trained_vocab
+    from engine.train.draft_vocab import drafting_over, kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
@@ -103,11 +103,8 @@ def train_eagle(
         return loss, {"reg": reg, "cls": cls}
 
     def evaluate() -> list[dict]:
-        head.set_draft_vocab(ids)  # measured as it will draft
-        try:
+        with drafting_over(head, ids, None):
             return depth_accuracy(head, target, held)
-        finally:
-            head.set_draft_vocab(None)
 
     t0 = time.time()
     shown = train_head(head, opt, step_loss, train, cfg, out / "train_state.pt", "eagle", 1.0, evaluate)

@@ -84,7 +84,7 @@ def train_medusa(
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary): trained over the
     whole vocabulary, the heads then read their candidates from those rows only (engine/heads/draft_vocab.py).
     `start_from`: trained heads to go on training (their shape and draft vocabulary win over the arguments)."""
-    from engine.train.draft_vocab import kept_vocab, trained_vocab
+    from engine.train.draft_vocab import drafting_over, kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)
@@ -109,11 +109,8 @@ def train_medusa(
         return loss, {"loss": loss.item(), "per_head": per_head}
 
     def evaluate() -> list[dict]:
-        heads.set_draft_vocab(ids)  # measured as it will draft
-        try:
+        with drafting_over(heads, ids, train_ids):
             return head_accuracy(heads, target, held)
-        finally:
-            heads.set_draft_vocab(train_ids)
 
     t0 = time.time()
     shown = train_head(heads, opt, step_loss, train, cfg, out / "train_state.pt", "medusa", evaluate=evaluate)
