@@ -78,3 +78,61 @@ def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(
 
     with pytest.raises(GlanceError, match="vocabulary"):
         train_draft(target, tmp_path / "x", steps=1, data=str(data), start_from=str(model_folders["other_vocab"]))
+
+
+def test_a_draft_vocabulary_narrows_the_drafts_head_and_goes_on_from_stored_layers(model_folders, tmp_path):
+    """`draft_vocab`: the LM head reads the most frequent training tokens only, the vocabulary travels with the
+    stored layers into the rebuilt folder, the vanilla lane loads it narrowed and stays lossless; going on from
+    stored layers keeps their layers and vocabulary and saves layers again."""
+    from engine.heads.draft_vocab import DRAFT_VOCAB
+
+    data = tmp_path / "corpus.txt"
+    data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n    y: int\n" * 200)
+    target = str(model_folders["target"])
+    out = tmp_path / "narrow"
+    report = train_draft(target, out, layers=1, steps=2, data=str(data), batch_size=2, seq_len=32, draft_vocab=40)
+    assert report["draft_vocab"] == 40 and 0.5 < report["heldout_vocab_coverage"] <= 1.0
+    assert (out / DRAFT_VOCAB).exists() and "lm_head.weight" not in load_file(str(out / LAYERS_FILE))
+
+    more = train_draft(
+        target, tmp_path / "more", steps=2, data=str(data), batch_size=2, seq_len=32, start_from=str(out)
+    )
+    assert more["draft_vocab"] == 40 and more["kept_from"] == str(out) and more["target_layers"] == [1]
+    assert 0.0 <= more["heldout_top1_agreement_before"] <= 1.0
+    assert load_file(str(tmp_path / "more" / DRAFT_VOCAB))["draft_ids"].tolist() == (
+        load_file(str(out / DRAFT_VOCAB))["draft_ids"].tolist()
+    )
+
+    full = assemble_draft(tmp_path / "more", model_folders["target"], tmp_path / "draft")
+    assert (full / DRAFT_VOCAB).exists()
+
+    from engine.decoding.sampling import SamplingConfig
+    from engine.session import RaceSettings, Session
+
+    session = Session.load(target, {"draft": str(full)}, ["ar", "vanilla"], dtype="float32")
+    draft = session.parts["draft"]
+    assert draft.draft_ids is not None and draft.model.get_output_embeddings().weight.shape[0] == 40
+    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
+    ids = session.encode("def add(", chat=False)
+    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
+    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+
+
+def test_the_rebuilt_draft_follows_its_stored_layers(model_folders, tmp_path):
+    """New layers in the same folder (a retrained bundled draft) rebuild the model folder; the same ones do not."""
+    data = tmp_path / "corpus.txt"
+    data.write_text("def add(a, b):\n    return a + b\n" * 200)
+    out = tmp_path / "layers"
+    train_draft(str(model_folders["target"]), out, layers=1, steps=1, data=str(data), batch_size=2, seq_len=32)
+    full = assemble_draft(out, model_folders["target"], tmp_path / "draft")
+    built = (full / "model.safetensors").stat().st_mtime_ns
+    assert assemble_draft(out, model_folders["target"], full) == full
+    assert (full / "model.safetensors").stat().st_mtime_ns == built  # current: not rebuilt
+    layers = load_file(str(out / LAYERS_FILE))
+    changed = {k: (v + 1 if k.endswith("norm.weight") else v) for k, v in layers.items()}
+    from safetensors.torch import save_file
+
+    save_file(changed, str(out / LAYERS_FILE))
+    assemble_draft(out, model_folders["target"], full)
+    rebuilt = load_file(str(full / "model.safetensors"))
+    assert torch.equal(rebuilt["model.norm.weight"], changed["model.norm.weight"])

@@ -7,6 +7,10 @@ With `confidence` > 0 the chain also stops early once the draft's own probabilit
 token falls below it, as transformers' `assistant_confidence_threshold` does: a draft forward whose token would
 likely be rejected is skipped. The stopping rule reads only the draft's side, so every verified token still goes
 through the same exact rule.
+
+A draft folder with a draft vocabulary (draft_vocab.safetensors) gets an LM head over those target ids only, as
+FR-Spec (Zhao et al. 2025) cuts a draft's read-out: on a small draft the full LM head is most of its forward. Its q
+is zero outside them; Leviathan's rule is exact for any q, so output does not change, only what gets accepted.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from engine.decoding.tree import Draft, additive_mask
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
 from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
+from engine.heads.draft_vocab import read_draft_vocab, rows_of
 from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.runtime.cache import cache_length, check_window, pack_columns
 from engine.runtime.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
@@ -55,6 +60,7 @@ class VanillaDrafter(Drafter):
         target_vocab: int | None = None,
         max_gamma: int = MAX_GAMMA,
         confidence: float = 0.0,
+        draft_ids: torch.Tensor | None = None,
     ):
         if gamma < 1:
             raise ValueError("gamma must be >= 1")
@@ -68,6 +74,7 @@ class VanillaDrafter(Drafter):
         self.target_vocab = target_vocab
         self.device = next(draft_model.parameters()).device
         self.dtype = next(draft_model.parameters()).dtype
+        self.draft_ids = None if draft_ids is None else draft_ids.to(self.device)  # logits' column -> target id
         self.context = DRAFT_CONTEXT
         self.positions = 0  # the most positions a run may need (check_context), to size the cache
         self.reset(1)
@@ -138,7 +145,8 @@ class VanillaDrafter(Drafter):
         last = torch.tensor([at.index(n) for n in lasts], device=out.logits.device)
         if not greedy:
             return out.logits[rows, last], None
-        best = greedy_ids(out).tolist()  # [B][len(at)]: every read row's argmax, one transfer
+        best = greedy_ids(out)  # [B, len(at)]: every read row's argmax
+        best = (best if self.draft_ids is None else self.draft_ids[best]).tolist()  # as target ids, one transfer
         reads = [[row[at.index(c)] for c in range(read[b], lasts[b] + 1)] for b, row in enumerate(best)]
         return out.logits[rows, last], reads  # [B, V]
 
@@ -151,7 +159,10 @@ class VanillaDrafter(Drafter):
         self.cols[0] += range(width, width + len(feed))
         self.seen[0].extend(feed)
         out = self.forward(torch.tensor([feed], device=self.device), self.cache, positions=positions, logits_at=at)
-        return out.logits[:, -1], ([greedy_ids(out)[0].tolist()] if greedy else None)  # [1, V]
+        if not greedy:
+            return out.logits[:, -1], None  # [1, V]
+        best = greedy_ids(out)[0]
+        return out.logits[:, -1], [(best if self.draft_ids is None else self.draft_ids[best]).tolist()]
 
     def _greedy_token(self, logits: torch.Tensor, best: int) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
@@ -162,12 +173,20 @@ class VanillaDrafter(Drafter):
 
     def _pad(self, probs: torch.Tensor) -> torch.Tensor:
         """Draft distribution over the target's vocabulary (a smaller draft vocabulary gets zero mass beyond it)."""
+        if self.draft_ids is not None:
+            full = probs.new_zeros(self.target_vocab or int(self.draft_ids[-1]) + 1)
+            return full.index_copy_(0, self.draft_ids, probs)
         if self.target_vocab is None or probs.shape[-1] == self.target_vocab:
             return probs
         if probs.shape[-1] > self.target_vocab:
             probs = probs[..., : self.target_vocab]
             return probs / probs.sum(-1, keepdim=True)
         return torch.nn.functional.pad(probs, (0, self.target_vocab - probs.shape[-1]))
+
+    def _own_probability(self, logits: torch.Tensor, token: int) -> float:
+        """The draft's probability (temperature 1) of target id `token`, from its logits `[V]`."""
+        column = token if self.draft_ids is None else int(torch.searchsorted(self.draft_ids, token))
+        return float(torch.softmax(logits.float(), -1)[column])
 
     def _catch_up(self, b: int, state: DecodeState) -> tuple[list[int], int]:
         """Row b's tokens to feed before it drafts, and the first of them whose guess is read: the one whose next
@@ -218,7 +237,7 @@ class VanillaDrafter(Drafter):
                     x = sample(q, states[b].generator)
                     qs[b].append(q)
                 tokens[b].append(x)
-                doubt = self.confidence and float(torch.softmax(logits[b].float(), -1)[x]) < self.confidence
+                doubt = self.confidence and self._own_probability(logits[b], x) < self.confidence
                 if doubt or len(tokens[b]) == want[b]:
                     live[b] = False  # the draft doubts this token, or the chain is long enough
                 else:
@@ -262,9 +281,16 @@ class VanillaOptions:
 
 
 def load_draft(path: str, target: LoadedModel, access: dict) -> LoadedModel:
-    """A draft model on the target's device and dtype, with the target's vocabulary."""
+    """A draft model on the target's device and dtype, with the target's vocabulary; its LM head cut to its draft
+    vocabulary where its folder has one."""
     draft = load_model(path, device=target.device, dtype=target.dtype, **access)
     check_same_vocabulary(target, draft)
+    folder = Path(path)
+    ids = read_draft_vocab(folder, target.vocab_size) if folder.is_dir() else None
+    if ids is not None:
+        head = draft.model.get_output_embeddings()
+        draft.model.set_output_embeddings(rows_of(head, ids, head.weight))
+        draft.draft_ids = ids
     return draft
 
 
@@ -276,6 +302,7 @@ def build(ctx: BuildContext) -> VanillaDrafter:
         adaptive=o.adaptive,
         target_vocab=ctx.target.vocab_size,
         confidence=o.confidence,
+        draft_ids=ctx.part.draft_ids,
     )
 
 

@@ -31,6 +31,9 @@ class LoadedModel:
     name: str
     device: torch.device
     dtype: torch.dtype
+    # A draft model whose LM head reads only these target ids (sorted; draft_vocab.safetensors beside its weights):
+    # its logits' column i is target id draft_ids[i]. None: its logits cover the whole vocabulary.
+    draft_ids: torch.Tensor | None = None
 
     @property
     def parameters(self) -> int:

@@ -99,7 +99,14 @@ def add_train_parser(sub) -> None:
         "--from",
         dest="start_from",
         default=None,
-        help="go on training this draft model (folder or hub id, same vocabulary) instead of cutting the target",
+        help="go on training this draft: stored layers (a `train draft` output; its draft vocabulary kept) or a model "
+        "folder or hub id with the target's vocabulary",
+    )
+    dr.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="draft vocabulary for the draft's LM head: the most frequent training tokens (0: the whole vocabulary)",
     )
     dr.add_argument("--steps", type=int, default=500)
     dr.add_argument("--out", required=True)
@@ -221,12 +228,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.what == "draft":
         from engine.train.distill import train_draft
 
-        if args.steps < 1 or args.layers < 1:
-            raise GlanceError("--steps and --layers must be positive")
+        if args.steps < 1 or args.layers < 1 or args.draft_vocab < 0:
+            raise GlanceError("--steps and --layers must be positive, --draft-vocab non-negative")
         print(
             json.dumps(
                 train_draft(
-                    args.target, Path(args.out), args.layers, args.steps, args.data, start_from=args.start_from
+                    args.target,
+                    Path(args.out),
+                    args.layers,
+                    args.steps,
+                    args.data,
+                    start_from=args.start_from,
+                    draft_vocab=args.draft_vocab,
                 ),
                 indent=2,
             )
