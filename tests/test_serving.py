@@ -103,3 +103,13 @@ def test_the_cli_writes_a_serving_config(tmp_path, capsys):
     assert "vLLM has no such method" in capsys.readouterr().out
     assert main(["serve-config", "--method", "vanilla", "--out", str(tmp_path / "missing" / "x.md")]) == 2
     assert "cannot write" in capsys.readouterr().err
+
+
+def test_a_drafts_own_vocabulary_is_named_in_the_export(tmp_path):
+    """Other engines read a draft's full LM head: the export says so where the draft has a draft vocabulary."""
+    from engine.heads.draft_vocab import save_draft_vocab
+
+    options = DrafterOptions().for_method("vanilla")
+    assert not any("draft vocabulary" in n for n in serving_for("vanilla", options, str(tmp_path)).notes)
+    save_draft_vocab(tmp_path, torch.tensor([1, 2, 3]))
+    assert any("draft vocabulary" in n for n in serving_for("vanilla", options, str(tmp_path)).notes)

@@ -26,8 +26,6 @@ SETTINGS: dict[str, list[str]] = {
         "SmolLM2-135M-Instruct",
         "--prompts",
         "resources/prompts/sharegpt.jsonl",
-        "--limit",
-        "16",
         "--max-new-tokens",
         "128",
         "--methods",

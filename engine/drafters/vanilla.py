@@ -25,7 +25,7 @@ from engine.decoding.tree import Draft, additive_mask
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
 from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
-from engine.heads.draft_vocab import read_draft_vocab, rows_of
+from engine.heads.draft_vocab import DRAFT_VOCAB, read_draft_vocab, rows_of
 from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.runtime.cache import cache_length, check_window, pack_columns
 from engine.runtime.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
@@ -312,6 +312,8 @@ def serve(o: VanillaOptions, draft: str | None) -> Serving:
     if o.confidence:
         hf["assistant_confidence_threshold"] = o.confidence
     notes = ["vLLM and SGLang keep gamma fixed: `adaptive` and the confidence stop are transformers' only"]
+    if draft and (Path(draft) / DRAFT_VOCAB).exists():
+        notes.append("the draft's draft vocabulary is Glance's: these engines read its full LM head")
     return Serving(
         vllm={
             "method": "draft_model",
