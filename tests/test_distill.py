@@ -6,8 +6,18 @@ import json
 import torch
 from safetensors.torch import load_file
 
+from engine.decoding.sampling import SamplingConfig
 from engine.models.draft_layers import LAYERS_FILE, assemble_draft
+from engine.session import RaceSettings, Session
 from engine.train.distill import kept_layers, train_draft
+
+
+def assert_vanilla_matches_plain(session: Session) -> None:
+    """24 greedy float32 tokens of the session's vanilla lane equal plain decoding's."""
+    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
+    ids = session.encode("def add(", chat=False)
+    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
+    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
 
 
 def test_kept_layers_are_evenly_spaced_with_both_ends():
@@ -38,14 +48,8 @@ def test_distilled_draft_stores_only_its_layers_and_races_losslessly(model_folde
     for key in ("model.embed_tokens.weight", "lm_head.weight"):  # untied target: both are shared, not retrained
         assert torch.equal(draft_weights[key], target_weights[key].to(torch.bfloat16))
 
-    from engine.decoding.sampling import SamplingConfig
-    from engine.session import RaceSettings, Session
-
     session = Session.load(str(model_folders["target"]), {"draft": str(full)}, ["ar", "vanilla"], dtype="float32")
-    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
-    ids = session.encode("def add(", chat=False)
-    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
-    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+    assert_vanilla_matches_plain(session)
 
 
 def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(model_folders, tmp_path):
@@ -67,14 +71,8 @@ def test_training_goes_on_from_a_users_own_draft_and_refuses_another_vocabulary(
     tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
     assert "local_files_only" not in tokenizer_config and "trust_remote_code" not in tokenizer_config  # how, not what
 
-    from engine.decoding.sampling import SamplingConfig
-    from engine.session import RaceSettings, Session
-
     session = Session.load(target, {"draft": str(out)}, ["ar", "vanilla"], dtype="float32")
-    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
-    ids = session.encode("def add(", chat=False)
-    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
-    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+    assert_vanilla_matches_plain(session)
 
     with pytest.raises(GlanceError, match="vocabulary"):
         train_draft(target, tmp_path / "x", steps=1, data=str(data), start_from=str(model_folders["other_vocab"]))
@@ -106,16 +104,10 @@ def test_a_draft_vocabulary_narrows_the_drafts_head_and_goes_on_from_stored_laye
     full = assemble_draft(tmp_path / "more", model_folders["target"], tmp_path / "draft")
     assert (full / DRAFT_VOCAB).exists()
 
-    from engine.decoding.sampling import SamplingConfig
-    from engine.session import RaceSettings, Session
-
     session = Session.load(target, {"draft": str(full)}, ["ar", "vanilla"], dtype="float32")
     draft = session.parts["draft"]
     assert draft.draft_ids is not None and draft.model.get_output_embeddings().weight.shape[0] == 40
-    settings = RaceSettings(methods=["ar", "vanilla"], max_new_tokens=24, sampling=SamplingConfig())
-    ids = session.encode("def add(", chat=False)
-    tokens = {m: session.decoder(m, settings).generate(ids).tokens for m in ("ar", "vanilla")}
-    assert tokens["vanilla"] == tokens["ar"] and len(tokens["ar"]) == 24
+    assert_vanilla_matches_plain(session)
 
 
 def test_the_rebuilt_draft_follows_its_stored_layers(model_folders, tmp_path):

@@ -76,12 +76,12 @@ def test_vanilla_with_confidence_stop_matches_target_distribution():
 def test_vanilla_with_a_draft_vocabulary_matches_target_distribution():
     """A draft whose LM head reads a few target ids only (q zero elsewhere, as FR-Spec) stays exact; its own
     probabilities, which the confidence stop reads, are looked up by column."""
-    from engine.train.distill import narrow_head
+    from engine.heads.draft_vocab import narrow_lm_head
 
     target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
     draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)
     ids = torch.tensor([0, 2, 3, 5, 7, 8, 10])
-    narrow_head(draft, ids)
+    narrow_lm_head(draft, ids)
     drafter = VanillaDrafter(draft, gamma=3, target_vocab=V, draft_ids=ids, confidence=0.2)
     counts = torch.zeros(V)
     n = 1000

@@ -25,7 +25,7 @@ from engine.decoding.tree import Draft, additive_mask
 from engine.drafters.base import HINDSIGHT_ROWS, DecodeState, Drafter
 from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
-from engine.heads.draft_vocab import DRAFT_VOCAB, read_draft_vocab, rows_of
+from engine.heads.draft_vocab import DRAFT_VOCAB, narrow_lm_head, read_draft_vocab
 from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
 from engine.runtime.cache import cache_length, check_window, pack_columns
 from engine.runtime.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
@@ -145,8 +145,7 @@ class VanillaDrafter(Drafter):
         last = torch.tensor([at.index(n) for n in lasts], device=out.logits.device)
         if not greedy:
             return out.logits[rows, last], None
-        best = greedy_ids(out)  # [B, len(at)]: every read row's argmax
-        best = (best if self.draft_ids is None else self.draft_ids[best]).tolist()  # as target ids, one transfer
+        best = self._target_ids(greedy_ids(out)).tolist()  # [B][len(at)]: every read row's argmax, one transfer
         reads = [[row[at.index(c)] for c in range(read[b], lasts[b] + 1)] for b, row in enumerate(best)]
         return out.logits[rows, last], reads  # [B, V]
 
@@ -159,10 +158,11 @@ class VanillaDrafter(Drafter):
         self.cols[0] += range(width, width + len(feed))
         self.seen[0].extend(feed)
         out = self.forward(torch.tensor([feed], device=self.device), self.cache, positions=positions, logits_at=at)
-        if not greedy:
-            return out.logits[:, -1], None  # [1, V]
-        best = greedy_ids(out)[0]
-        return out.logits[:, -1], [(best if self.draft_ids is None else self.draft_ids[best]).tolist()]
+        return out.logits[:, -1], ([self._target_ids(greedy_ids(out)[0]).tolist()] if greedy else None)  # [1, V]
+
+    def _target_ids(self, columns: torch.Tensor) -> torch.Tensor:
+        """The target ids of the draft's logits' `columns` (the same, without a draft vocabulary)."""
+        return columns if self.draft_ids is None else self.draft_ids[columns]
 
     def _greedy_token(self, logits: torch.Tensor, best: int) -> int:
         """The greedy draft token: the forward's argmax, unless a larger draft vocabulary must be cut to the
@@ -288,8 +288,7 @@ def load_draft(path: str, target: LoadedModel, access: dict) -> LoadedModel:
     folder = Path(path)
     ids = read_draft_vocab(folder, target.vocab_size) if folder.is_dir() else None
     if ids is not None:
-        head = draft.model.get_output_embeddings()
-        draft.model.set_output_embeddings(rows_of(head, ids, head.weight))
+        narrow_lm_head(draft.model, ids)
         draft.draft_ids = ids
     return draft
 

@@ -66,3 +66,9 @@ def rows_of(linear: nn.Module, ids: torch.Tensor, like: torch.Tensor) -> nn.Line
         if bias is not None:
             out.bias.copy_(bias.detach()[ids.to(weight.device)])
     return out.to(device=like.device, dtype=like.dtype).requires_grad_(False)
+
+
+def narrow_lm_head(model: nn.Module, ids: torch.Tensor) -> None:
+    """A causal LM's head cut to the rows `ids` (frozen): its logits' column i is then target id ids[i]."""
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(rows_of(head, ids, head.weight))

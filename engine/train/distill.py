@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from engine.errors import GlanceError
-from engine.heads.draft_vocab import read_draft_vocab, rows_of, save_draft_vocab
+from engine.heads.draft_vocab import narrow_lm_head, read_draft_vocab, save_draft_vocab
 from engine.inputs import read_json_object
 from engine.models.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.models.loading import save_tokenizer
@@ -77,12 +77,6 @@ def stored_layers(folder: Path, target):
         raise GlanceError(f"{folder / LAYERS_FILE} does not fit the target cut at layers {idx}: made for another model")
     vocab = target.get_output_embeddings().weight.shape[0]
     return draft, idx, read_draft_vocab(folder, vocab)
-
-
-def narrow_head(draft, ids: torch.Tensor) -> None:
-    """The draft's LM head cut to the rows `ids` (frozen, as the full head was)."""
-    head = draft.get_output_embeddings()
-    draft.set_output_embeddings(rows_of(head, ids, head.weight))
 
 
 def own_draft(path: str, target):
@@ -170,18 +164,19 @@ def train_draft(
     layered = start_from is None or (Path(start_from) / RECIPE_FILE).exists()
     if not layered and draft_vocab:
         raise GlanceError("a draft vocabulary is for drafts that share the target's LM head (cut from the target)")
-    ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     if start_from is None:
-        draft, idx = cut_target(target, kept_layers(target.config.num_hidden_layers, layers)), None
+        idx = kept_layers(target.config.num_hidden_layers, layers)
+        draft, had = cut_target(target, idx), None
     elif layered:
         draft, idx, had = stored_layers(Path(start_from), target)
-        if had is not None:  # stored layers keep the vocabulary they were trained over
-            ids, vocab_report = kept_vocab(loaded, had, held, start_from)
     else:
-        draft, idx = own_draft(start_from, target), []
-    idx = idx if idx is not None else kept_layers(target.config.num_hidden_layers, layers)
+        draft, idx, had = own_draft(start_from, target), [], None
+    if had is not None:  # stored layers keep the vocabulary they were trained over
+        ids, vocab_report = kept_vocab(loaded, had, held, start_from)
+    else:
+        ids, vocab_report = trained_vocab(loaded, train, held, draft_vocab)
     if ids is not None:
-        narrow_head(draft, ids)
+        narrow_lm_head(draft, ids)
     if start_from is not None:
         with training_autocast():
             before = heldout_agreement(draft, target, held, ids=ids)
