@@ -91,6 +91,12 @@ class StepInspector(QWidget):
         if ev.notes.target_in_draft_vocab is False:
             verdict += f" (outside the {ev.notes.draft_vocab or ''}-token draft vocabulary)"
         items[last].addChild(QTreeWidgetItem(["target", repr(decode(bonus)), str(depth.get(last, 0) + 1), verdict, ""]))
+        if ev.notes.block_size:  # DFlash: one forward filled the block; its first drafts were verified
+            kept = len(ev.accepted_nodes)
+            self.tree.addTopLevelItem(QTreeWidgetItem([
+                "block", f"{ev.notes.block_size} positions", "", f"{len(ev.draft_tokens)} drafts verified, {kept} kept",
+                "one draft forward: the pending token, then a mask at every other position",
+            ]))  # fmt: skip
         if ev.notes.window is not None:  # lookahead: the Jacobi window fed to this step and the n-grams it verified
             window = QTreeWidgetItem(["window", f"{len(ev.notes.window)} levels", "", "lookahead branch", ""])
             for lvl, level in enumerate(ev.notes.window):

@@ -17,6 +17,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = tuple(
         "medusa",
         "eagle",
         "eagle3",
+        "dflash",
         "lookahead",
         "prompt_lookup",
         "suffix",

@@ -16,6 +16,7 @@ class DraftNotes:
     draft_ids: list[int] | None = None  # EAGLE-3: each node's id in the head's reduced vocabulary
     draft_vocab: int | None = None  # EAGLE-3: the size of that vocabulary
     target_in_draft_vocab: bool | None = None  # EAGLE-3: whether the target's own token was in it
+    block_size: int | None = None  # DFlash: the block one draft forward filled (the pending token + masks)
 
 
 @dataclass

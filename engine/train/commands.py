@@ -89,6 +89,17 @@ def add_train_parser(sub) -> None:
     )
     e3.add_argument("--steps", type=int, default=500)
     e3.add_argument("--out", required=True)
+    df = tsub.add_parser("dflash", help="train a DFlash block drafter (blocks at random anchors, position-weighted)")
+    df.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
+    df.add_argument("--data", default=None, help=DATA_HELP)
+    df.add_argument("--layers", type=int, default=2, help="draft layers (each shaped like one of the target's)")
+    df.add_argument("--feature-layers", type=int, default=3, help="target layers whose outputs form the context")
+    df.add_argument("--block-size", type=int, default=16, help="tokens per block, the pending one included")
+    df.add_argument("--blocks", type=int, default=8, help="blocks anchored in each training window")
+    df.add_argument("--draft-vocab", type=int, default=4096, help="read-out over the most frequent tokens (0: all)")
+    df.add_argument("--from", dest="start_from", default=None, help="go on training this DFlash draft folder")
+    df.add_argument("--steps", type=int, default=500)
+    df.add_argument("--out", required=True)
     dr = tsub.add_parser("draft", help="distill a small vanilla draft from a frozen target (shares its tokenizer)")
     dr.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
     dr.add_argument("--data", default=None, help=DATA_HELP)
@@ -223,6 +234,22 @@ def cmd_train(args: argparse.Namespace) -> int:
             ttt_steps=args.ttt_steps,
             start_from=args.start_from,
         )
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.what == "dflash":
+        from engine.heads.dflash import MAX_BLOCK
+        from engine.train.dflash import train_dflash
+
+        if min(args.steps, args.layers, args.feature_layers, args.blocks) < 1 or args.draft_vocab < 0:
+            raise GlanceError("--steps, --layers, --feature-layers and --blocks must be positive, --draft-vocab not "
+                              "negative")  # fmt: skip
+        if not 2 <= args.block_size <= MAX_BLOCK:
+            raise GlanceError(f"--block-size must be between 2 and {MAX_BLOCK} (got {args.block_size})")
+        report = train_dflash(
+            args.target, Path(args.out), args.steps, args.data, layers=args.layers,
+            feature_layers=args.feature_layers, block_size=args.block_size, blocks=args.blocks,
+            draft_vocab=args.draft_vocab, start_from=args.start_from,
+        )  # fmt: skip
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "draft":
