@@ -18,6 +18,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = tuple(
         "eagle",
         "eagle3",
         "dflash",
+        "mtp",
         "lookahead",
         "prompt_lookup",
         "suffix",

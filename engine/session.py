@@ -198,7 +198,11 @@ class Session:
         catalog model brings the parts trained for it."""
         entry = find(target) if target else None
         source = str(model_folder(entry)) if entry is not None else str(target or BUNDLED_TARGET)
-        return source, cls._part_paths(not target, entry, paths)
+        chosen = cls._part_paths(not target, entry, paths)
+        for part in parts():  # parts the target ships in its own files (MTP layers), where nothing else was chosen
+            if part.key not in chosen and part.native is not None and part.native(source):
+                chosen[part.key] = source
+        return source, chosen
 
     def serving(self, method: str, options: DrafterOptions) -> Serving:
         """How vLLM, SGLang and transformers would run `method` with these options and this session's parts."""

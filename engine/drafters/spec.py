@@ -113,6 +113,9 @@ class PartSpec:
     # how the part compiles with the target (`--compile`): compile(part, progress) -> CompileReport; None: it does not
     compile: Callable[[Any, Callable[[int, int, str], None]], Any] | None = None
     compile_steps: int = 1  # progress reports its compile makes
+    # whether a local target folder ships the part in its own files (a target's MTP layers): with no part named, that
+    # folder is the part's
+    native: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)

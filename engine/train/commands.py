@@ -100,6 +100,13 @@ def add_train_parser(sub) -> None:
     df.add_argument("--from", dest="start_from", default=None, help="go on training this DFlash draft folder")
     df.add_argument("--steps", type=int, default=500)
     df.add_argument("--out", required=True)
+    mt = tsub.add_parser("mtp", help="train a multi-token-prediction layer for a target that ships none")
+    mt.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
+    mt.add_argument("--data", default=None, help=DATA_HELP)
+    mt.add_argument("--draft-vocab", type=int, default=4096, help="read-out over the most frequent tokens (0: all)")
+    mt.add_argument("--from", dest="start_from", default=None, help="go on training this MTP folder")
+    mt.add_argument("--steps", type=int, default=500)
+    mt.add_argument("--out", required=True)
     dr = tsub.add_parser("draft", help="distill a small vanilla draft from a frozen target (shares its tokenizer)")
     dr.add_argument("--target", required=True, help="target model folder, hub id or catalog name")
     dr.add_argument("--data", default=None, help=DATA_HELP)
@@ -250,6 +257,15 @@ def cmd_train(args: argparse.Namespace) -> int:
             feature_layers=args.feature_layers, block_size=args.block_size, blocks=args.blocks,
             draft_vocab=args.draft_vocab, start_from=args.start_from,
         )  # fmt: skip
+        print(json.dumps(report, indent=2))
+        return 0
+    if args.what == "mtp":
+        from engine.train.mtp import train_mtp
+
+        if args.steps < 1 or args.draft_vocab < 0:
+            raise GlanceError("--steps must be positive, --draft-vocab not negative")
+        report = train_mtp(args.target, Path(args.out), args.steps, args.data, draft_vocab=args.draft_vocab,
+                           start_from=args.start_from)  # fmt: skip
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "draft":
