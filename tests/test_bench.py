@@ -335,3 +335,17 @@ def test_a_shapes_cost_is_the_least_of_its_last_runs(monkeypatch):
     monkeypatch.setattr(forward_timing, "crop", lambda cache, n: None)
     seconds = steady_seconds(lambda *a: calls.append(a), torch.zeros(1, 1), None, 8, torch.device("cpu"))
     assert len(calls) == RUNS and seconds == min(durations[-STEADY_RUNS:]) == 3.0
+
+
+def test_dflash_races_beside_transformers_own_dflash_with_the_same_weights(setup):
+    """The hf_dflash row runs transformers' DFlash assisted generation over the lane's own draft weights: both
+    equal plain decoding, and the DFlash row is set against it."""
+    from engine.heads.dflash import DFlashHead
+
+    torch.manual_seed(0)
+    head = DFlashHead.for_target(setup.target.model, layers=1, block_size=4).eval()
+    with_dflash = dataclasses.replace(setup, parts={**setup.parts, "dflash": head})
+    assert not with_dflash.available("hf_mtp")  # the target ships no MTP layers: transformers has no MTP row here
+    methods = run_suite(with_dflash, PROMPTS, ["ar", "dflash", "hf_dflash"])["methods"]
+    assert methods["dflash"]["lossless"] and methods["hf_dflash"]["lossless"]
+    assert methods["dflash"]["vs_hf_dflash"] > 0

@@ -224,3 +224,27 @@ def test_serving_config_names_each_engines_method(saved):
     assert s.vllm == {"method": "dflash", "model": str(folder), "num_speculative_tokens": 7}
     assert s.sglang["speculative-algorithm"] == "DFLASH" and s.sglang["speculative-num-draft-tokens"] == 8
     assert s.transformers["speculation_type"] == "dflash"
+
+
+def test_the_block_is_what_transformers_dflash_class_computes_and_its_generate_agrees():
+    """The same weights in transformers' own DFlash draft class give the same block outputs, and its assisted
+    generation (speculation_type="dflash") the same tokens: Glance reads the published layout as transformers does."""
+    from engine.heads.dflash import transformers_assistant
+
+    target = target_of("llama")
+    head = random_head(target, scale=5.0)
+    theirs = transformers_assistant(head)
+    feats = torch.randn(1, 5, head.fc.in_features)
+    ids = torch.tensor([[5] + [head.mask_token_id] * (head.block_size - 1)])
+    with torch.no_grad():
+        mine = head.block(
+            ids, torch.arange(5, 5 + head.block_size)[None], head.context(feats, torch.arange(5)[None]), None
+        )
+        out = theirs(noise_embeds=target.get_input_embeddings()(ids), context_hidden_states=feats,
+                     position_ids=torch.arange(5 + head.block_size)[None]).last_hidden_state  # fmt: skip
+    assert torch.allclose(mine, out, atol=1e-5)
+    prompt = PROMPTS[1]
+    got = target.generate(torch.tensor([prompt]), max_new_tokens=NEW, do_sample=False, assistant_model=theirs,
+                          speculation_type="dflash", pad_token_id=0)  # fmt: skip
+    glance = Decoder(target, DFlashDrafter(head), max_new_tokens=NEW).generate(prompt)
+    assert got[0, len(prompt) :].tolist() == glance.tokens == recomputed(target, prompt)

@@ -166,3 +166,14 @@ def test_serving_config_names_mtp_and_nextn():
     s = serving_for("mtp", MtpOptions(tokens=3), "/some/folder")
     assert s.vllm == {"method": "mtp", "num_speculative_tokens": 3}
     assert s.sglang["speculative-algorithm"] == "NEXTN" and s.sglang["speculative-num-draft-tokens"] == 4
+
+
+def test_the_bench_sets_the_lane_against_transformers_own_mtp(native_folder):
+    from engine.bench.suite import BenchSetup, run_suite
+    from engine.models.loading import load_model
+
+    target = load_model(str(native_folder), device="cpu", dtype="float32")
+    setup = BenchSetup(target, {"mtp": load_mtp_head(native_folder, target.model)}, max_new_tokens=10)
+    prompts = [{"id": "a", "category": "defs", "prompt": "def add(a, b):"}]
+    methods = run_suite(setup, prompts, ["ar", "mtp", "hf_mtp"])["methods"]
+    assert methods["mtp"]["lossless"] and methods["hf_mtp"]["lossless"] and methods["mtp"]["vs_hf_mtp"] > 0

@@ -1,5 +1,6 @@
 """Reference rows from transformers itself, same models, prompts and settings: plain `generate`, assisted generation
-with the same draft, and prompt lookup decoding."""
+with the same draft, prompt lookup decoding, DFlash with the same draft (transformers' DFlash assistant class holding
+the DFlash lane's weights) and a target's own MTP layers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ REFERENCE_LABELS = {
     "hf_generate": "transformers generate",
     "hf_assisted": "transformers assisted",
     "hf_prompt_lookup": "transformers prompt lookup",
+    "hf_dflash": "transformers DFlash",
+    "hf_mtp": "transformers MTP",
 }
 REFERENCES = tuple(REFERENCE_LABELS)
 PROMPT_LOOKUP_TOKENS = 3  # transformers' n-gram size for the prompt lookup row (its documented example uses 3..10)
@@ -21,12 +24,17 @@ PROMPT_LOOKUP_TOKENS = 3  # transformers' n-gram size for the prompt lookup row 
 
 @torch.no_grad()
 def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling, eos, draft=None) -> dict:
-    """One transformers generate call of the given kind; tokens and wall seconds."""
+    """One transformers generate call of the given kind; tokens and wall seconds. `draft`: the assistant model
+    (hf_assisted: the draft model; hf_dflash: transformers' DFlash assistant)."""
     extra: dict = {}
-    if kind == "hf_assisted":
+    if kind in ("hf_assisted", "hf_dflash"):
         if draft is None:
-            raise ValueError("hf_assisted needs the draft model")
+            raise ValueError(f"{kind} needs its assistant model")
         extra["assistant_model"] = draft
+        if kind == "hf_dflash":
+            extra["speculation_type"] = "dflash"
+    elif kind == "hf_mtp":
+        extra["use_mtp"] = True
     elif kind == "hf_prompt_lookup":
         extra["prompt_lookup_num_tokens"] = PROMPT_LOOKUP_TOKENS
     if sampling.greedy:
@@ -51,3 +59,28 @@ def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling
         torch.cuda.synchronize(device)
     wall = time.perf_counter() - t0
     return {"tokens": out[0, len(ids) :].tolist(), "wall_seconds": wall}
+
+
+def reference_available(kind: str, target, parts: dict) -> bool:
+    """Whether transformers can run the row `kind` with what is loaded: assisted generation needs the draft model,
+    DFlash the DFlash draft, MTP a target that ships its own MTP layers (transformers reads only those)."""
+    if kind == "hf_assisted":
+        return parts.get("draft") is not None
+    if kind == "hf_dflash":
+        return parts.get("dflash") is not None
+    if kind == "hf_mtp":
+        from engine.heads.mtp import declared_layers
+
+        return declared_layers(target.config) > 0
+    return True
+
+
+def reference_assistant(kind: str, parts: dict):
+    """The assistant model the row `kind` passes to generate, or None."""
+    if kind == "hf_assisted" and parts.get("draft") is not None:
+        return parts["draft"].model
+    if kind == "hf_dflash" and parts.get("dflash") is not None:
+        from engine.heads.dflash import transformers_assistant
+
+        return transformers_assistant(parts["dflash"])
+    return None

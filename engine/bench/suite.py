@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.bench.clock import ModelClock
-from engine.bench.reference import REFERENCES, hf_generate
+from engine.bench.reference import REFERENCES, hf_generate, reference_assistant, reference_available
 from engine.budget.draft_budget import make_budget
 from engine.decoding.loop import Decoder
 from engine.decoding.sampling import SamplingConfig
@@ -103,7 +103,7 @@ class BenchSetup:
 
     def available(self, method: str) -> bool:
         if method in REFERENCES:
-            return method != "hf_assisted" or self.parts.get("draft") is not None
+            return reference_available(method, self.target.model, self.parts)
         return method not in NEEDS or self.parts.get(NEEDS[method]) is not None
 
 
@@ -111,11 +111,9 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
     """One timed run of `method` on one prompt: the raw counts every aggregate is built from."""
     max_new = max_new_tokens or setup.max_new_tokens
     if method in REFERENCES:
-        draft = setup.parts.get("draft")
+        helper = reference_assistant(method, setup.parts)
         with ModelClock(setup.timed_modules()) as clock:
-            r = hf_generate(
-                method, setup.target.model, ids, max_new, setup.sampling, setup.eos, draft.model if draft else None
-            )
+            r = hf_generate(method, setup.target.model, ids, max_new, setup.sampling, setup.eos, helper)
         return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}
     drafter = build_drafter(method, setup.target, setup.parts, setup.options, setup.sampling)
     decoder = Decoder(

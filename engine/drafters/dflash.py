@@ -212,6 +212,7 @@ def describe(head: DFlashHead) -> dict:
 
 SPEC = DrafterSpec(
     name="dflash",
+    reference="hf_dflash",  # transformers' DFlash assisted generation, with this drafter's weights
     label="DFlash",
     color="#ff8a65",
     summary="a block-diffusion draft fills a whole block of masks in one forward from several target layers' "

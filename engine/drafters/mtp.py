@@ -51,7 +51,7 @@ def serve(o: MtpOptions, folder: str | None) -> Serving:
     notes = [
         "vLLM and SGLang serve MTP layers from the target's own checkpoint: layers trained here must be merged into "
         "the target's files under its MTP key names first",
-        "transformers' generate runs a target's own MTP layers with speculation_type='mtp'",
+        "transformers' generate runs a target's own MTP layers (use_mtp) and drafts one token per shipped layer",
     ]
     if o.top_k > 1:
         notes.append(f"the engines chain top-1 drafts: Glance's top-{o.top_k} tree has no counterpart there")
@@ -63,13 +63,14 @@ def serve(o: MtpOptions, folder: str | None) -> Serving:
             "speculative-eagle-topk": 1,
             "speculative-num-draft-tokens": o.tokens + 1,
         },
-        transformers={"speculation_type": "mtp", "num_assistant_tokens": o.tokens},
+        transformers={"use_mtp": True},
         notes=notes,
     )
 
 
 SPEC = DrafterSpec(
     name="mtp",
+    reference="hf_mtp",  # transformers' MTP generation: a target's own layers only
     label="MTP",
     color="#ba68c8",
     summary="the target's multi-token-prediction layer drafts a chain from its last hidden state (DeepSeek-V3, "

@@ -318,3 +318,29 @@ def load_dflash_head(folder: str | Path, target: nn.Module) -> DFlashHead:
     head = head.to(device=p.device, dtype=p.dtype).eval()
     head.set_draft_vocab(read_draft_vocab(folder, cfg["vocab_size"]))
     return head
+
+
+def transformers_assistant(head: DFlashHead):
+    """transformers' own DFlash draft class (`MuseGlimmerAssistantModel`, which its `generate` runs with
+    `speculation_type="dflash"`) holding this head's weights: the bench's reference row. Made once per head."""
+    cached = head.__dict__.get("_transformers")
+    if cached is not None:
+        return cached
+    from transformers import MuseGlimmerAssistantConfig, MuseGlimmerAssistantModel
+
+    c = head.cfg
+    cfg = MuseGlimmerAssistantConfig(
+        hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"], head_dim=c["head_dim"],
+        num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+        num_key_value_heads=c["num_key_value_heads"], rms_norm_eps=c["rms_norm_eps"],
+        rope_parameters=dict(c["rope_parameters"]), max_position_embeddings=c["max_position_embeddings"],
+        layer_types=["full_attention"] * c["num_hidden_layers"], block_size=c["block_size"],
+        mask_token_id=c["mask_token_id"], target_layer_ids=list(head.target_layer_ids),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    names = {"fc.weight": "encoder.fc.weight", "hidden_norm.weight": "encoder.output_norm_enc.weight"}
+    p = next(head.parameters())
+    model = MuseGlimmerAssistantModel(cfg).to(device=p.device, dtype=p.dtype).eval()
+    model.load_state_dict({names.get(k, k): v for k, v in head.state_dict().items()})
+    head.__dict__["_transformers"] = model
+    return model
