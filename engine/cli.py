@@ -317,7 +317,7 @@ def cmd_bench(args) -> int:
     from engine.decoding.sampling import SamplingConfig
     from engine.models.loading import RESOURCES
     from engine.registry import DRAFTERS, METHODS
-    from engine.train.prompts import load_prompt_suite
+    from engine.train.data.prompts import load_prompt_suite
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS and m not in REFERENCES]

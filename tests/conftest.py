@@ -85,7 +85,7 @@ def model_folders(tmp_path_factory):
     """Local Hugging Face folders: a target, a copy of it (draft), and a draft with another vocabulary."""
     from transformers import LlamaForCausalLM
 
-    from engine.train.tokenizer import train_tokenizer
+    from engine.train.data.tokenizer import train_tokenizer
 
     root = tmp_path_factory.mktemp("models")
     texts = ["def add(a, b):\n    return a + b\n", "class Point:\n    x: int\n    y: int\n"] * 20

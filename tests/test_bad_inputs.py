@@ -11,7 +11,7 @@ from engine.drafters.medusa import parse_tree
 from engine.errors import GlanceError
 from engine.heads.eagle import load_eagle_head
 from engine.heads.medusa import load_medusa_heads
-from engine.train.prompts import load_prompt_suite
+from engine.train.data.prompts import load_prompt_suite
 from tests.conftest import tiny_model
 from tests.test_eagle import random_head
 from tests.test_medusa import random_heads

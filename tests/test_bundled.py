@@ -20,10 +20,10 @@ from engine.heads.eagle3 import load_eagle3_head
 from engine.heads.medusa import load_medusa_heads
 from engine.models.loading import BUNDLED, BUNDLED_DRAFT, BUNDLED_TARGET, RESOURCES
 from engine.registry import traits
-from engine.train.corpus import stdlib_corpus
-from engine.train.demo import encode_files
-from engine.train.lm import heldout_loss
-from engine.train.prompts import load_prompt_suite
+from engine.train.data.corpus import stdlib_corpus
+from engine.train.data.prompts import load_prompt_suite
+from engine.train.loop.lm import heldout_loss
+from engine.train.recipes.demo import encode_files
 from tests.conftest import PARALLEL
 
 MODELS = RESOURCES / "models"

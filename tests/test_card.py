@@ -3,7 +3,7 @@
 import json
 
 from engine.models.loading import RESOURCES
-from engine.train.card import render_card
+from engine.train.loop.card import render_card
 
 MODELS = RESOURCES / "models"
 

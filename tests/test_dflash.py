@@ -99,7 +99,7 @@ def _greedy_stream(target, length: int = 3000) -> torch.Tensor:
 
 
 def test_a_few_training_steps_make_it_accept_and_it_stays_lossless(tmp_path):
-    from engine.train.dflash import anchors_for, block_acceptance, dflash_loss, target_view
+    from engine.train.recipes.dflash import anchors_for, block_acceptance, dflash_loss, target_view
 
     target = target_of("llama")
     head = DFlashHead.for_target(target, layers=1, block_size=6, target_layer_ids=[0, 2]).train()

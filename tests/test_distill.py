@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 from engine.decoding.sampling import SamplingConfig
 from engine.models.draft_layers import LAYERS_FILE, assemble_draft
 from engine.session import RaceSettings, Session
-from engine.train.distill import kept_layers, train_draft
+from engine.train.recipes.distill import kept_layers, train_draft
 
 
 def assert_vanilla_matches_plain(session: Session) -> None:

@@ -110,7 +110,7 @@ def test_the_vocabulary_saves_loads_and_bad_files_are_refused(target_and_head, t
 
 def test_training_and_the_command_write_a_vocabulary(model_folders, tmp_path):
     from engine.cli import main
-    from engine.train.eagle import train_eagle
+    from engine.train.recipes.eagle import train_eagle
 
     data = tmp_path / "corpus"
     data.mkdir()
@@ -158,7 +158,7 @@ def test_training_medusa_writes_a_vocabulary(model_folders, tmp_path):
     """`train medusa` gives its heads a draft vocabulary as `train eagle` does (--draft-vocab 0: none)."""
     from engine.heads.medusa import load_medusa_heads
     from engine.models.loading import load_model
-    from engine.train.medusa import train_medusa
+    from engine.train.recipes.medusa import train_medusa
 
     data = tmp_path / "corpus.py"
     data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n" * 300)
@@ -250,7 +250,7 @@ def test_training_on_from_a_head_keeps_its_vocabulary_and_starts_its_curve_where
     from engine.cli import main
     from engine.heads.medusa import load_medusa_heads
     from engine.models.loading import load_model
-    from engine.train.eagle import train_eagle
+    from engine.train.recipes.eagle import train_eagle
 
     data = tmp_path / "corpus.py"
     data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n" * 300)

@@ -11,7 +11,7 @@ from engine.drafters.eagle import EagleDrafter, head_mask
 from engine.errors import GlanceError
 from engine.heads.eagle import EagleHead, load_eagle_head
 from engine.registry import traits
-from engine.train.eagle import depth_accuracy, eagle_loss, target_view
+from engine.train.recipes.eagle import depth_accuracy, eagle_loss, target_view
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import second_token_pvalue

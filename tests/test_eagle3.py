@@ -13,7 +13,7 @@ from engine.errors import GlanceError
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.heads.readout import draft_step
 from engine.runtime.layer_features import default_feature_layers, layer_inputs
-from engine.train.eagle3 import frequent_tokens, target_view, ttt_loss, ttt_visibility
+from engine.train.recipes.eagle3 import frequent_tokens, target_view, ttt_loss, ttt_visibility
 from tests.conftest import SMALL, VOCAB, batch_decoder
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import second_token_pvalue

@@ -172,7 +172,7 @@ def test_random_log_lines_are_read_or_skipped_by_name(cli_log, field, value, hea
 @FUZZ
 @given(lines=st.lists(JSON.map(json.dumps) | st.text(max_size=20), max_size=5))
 def test_random_prompt_files_load_or_name_the_line(lines):
-    from engine.train.prompts import load_prompt_suite
+    from engine.train.data.prompts import load_prompt_suite
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "p.jsonl"

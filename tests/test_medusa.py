@@ -11,7 +11,7 @@ from engine.drafters.base import DecodeState
 from engine.drafters.medusa import MedusaDrafter, parse_tree
 from engine.errors import GlanceError
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
-from engine.train.medusa import medusa_loss, target_features
+from engine.train.recipes.medusa import medusa_loss, target_features
 from tests.conftest import ARCHS, tiny_model
 from tests.test_lossless import NEW, PROMPTS, reference
 from tests.test_sampling_exact import second_token_pvalue

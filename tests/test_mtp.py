@@ -50,7 +50,7 @@ def test_sampling_follows_the_target():
 
 
 def test_a_few_training_steps_make_it_accept_and_it_stays_lossless(tmp_path):
-    from engine.train.mtp import layer_accuracy, mtp_loss, target_view
+    from engine.train.recipes.mtp import layer_accuracy, mtp_loss, target_view
 
     target = target_of("llama")
     head = MtpHead(target)

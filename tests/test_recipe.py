@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from engine.train.corpus import is_heldout, stdlib_corpus
-from engine.train.demo import run_demo_recipe
-from engine.train.lm import TrainConfig, lr_at, sample_batch
+from engine.train.data.corpus import is_heldout, stdlib_corpus
+from engine.train.loop.lm import TrainConfig, lr_at, sample_batch
+from engine.train.recipes.demo import run_demo_recipe
 
 
 @pytest.mark.slow
@@ -52,7 +52,7 @@ def test_schedule_and_batches_are_deterministic():
 @pytest.mark.parametrize("native", [True, False])
 def test_training_autocasts_to_bfloat16_only_where_the_cpu_has_it(monkeypatch, native):
     # bfloat16 autocast's backward is emulated without hardware bfloat16: 257 s a step against 6.6 s in float32
-    from engine.train import precision
+    from engine.train.loop import precision
 
     monkeypatch.setattr(precision, "native_bfloat16", lambda: native)
     layer = torch.nn.Linear(8, 8)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.train.curves import plot_curve
-from engine.train.prompts import load_prompt_suite
-from engine.train.sharegpt import as_conversation, benchmark_prompts, complete_items, is_heldout, kind_of
-from engine.train.sharegpt_corpus import build_corpus
+from engine.train.data.prompts import load_prompt_suite
+from engine.train.data.sharegpt import as_conversation, benchmark_prompts, complete_items, is_heldout, kind_of
+from engine.train.data.sharegpt_corpus import build_corpus
+from engine.train.loop.curves import plot_curve
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,7 +103,7 @@ def chat_target(model_folders, tmp_path):
 
 
 def test_corpus_folder_resumes_and_trains_an_eagle3_head(chat_target, tmp_path):
-    from engine.train.eagle3 import train_eagle3
+    from engine.train.recipes.eagle3 import train_eagle3
 
     train_ids, held_ids = ids_on(False, 6), ids_on(True, 3)
     items = [

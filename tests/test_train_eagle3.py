@@ -5,7 +5,7 @@ from safetensors.torch import load_file
 
 
 def test_eagle3_training_goes_on_from_a_trained_head_and_keeps_its_vocabulary(model_folders, tmp_path):
-    from engine.train.eagle3 import train_eagle3
+    from engine.train.recipes.eagle3 import train_eagle3
 
     data = tmp_path / "corpus.txt"
     data.write_text("def add(a, b):\n    return a + b\n\nclass Point:\n    x: int\n    y: int\n" * 200)

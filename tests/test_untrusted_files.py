@@ -266,7 +266,7 @@ def test_a_model_folder_missing_a_tensor_is_refused_by_name_unless_accepted(mode
     ids=["nested", "a deep line", "not UTF-8"],
 )
 def test_a_hostile_prompt_file_names_its_line(tmp_path, data, match):
-    from engine.train.prompts import load_prompt_suite
+    from engine.train.data.prompts import load_prompt_suite
 
     path = tmp_path / "p.jsonl"
     path.write_bytes(data)
@@ -492,7 +492,7 @@ def test_a_small_position_table_loads_times_and_races_in_a_session(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     from engine.session import RaceSettings, Session
-    from engine.train.tokenizer import train_tokenizer
+    from engine.train.data.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["def add(a, b):\n    return a + b\n"] * 20, 300, tmp_path / "tok")
     config = GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=len(tok), bos_token_id=None)

@@ -36,7 +36,7 @@ EAGLE_25 = [
 ]  # fmt: skip
 
 # Chosen on this project's 2-core Xeon CPU (bf16, bundled target and head, 12 suite prompts x 48 tokens, greedy;
-# engine/train/evaluate.py compare_settings), as levels / drafted nodes: top_k/levels/nodes 4/4/12 tau 3.00, 4/5/16
+# engine/train/loop/evaluate.py compare_settings), as levels / drafted nodes: top_k/levels/nodes 4/4/12 tau 3.00, 4/5/16
 # tau 3.17, 6/5/20 tau 3.12, 8/6/32 tau 3.24, 3/5/10 tau 2.95, static 25-node tree tau 3.02. Wider trees buy little
 # tau and cost verify time on a CPU, where verifying n tokens grows with n; the reference's 10 / 5-7 / 60 suits GPUs.
 # In the reference's meaning 4 / 5 levels / 16 nodes is top_k 4, depth 4, total_tokens 17.

@@ -28,7 +28,7 @@ MATRIX_FLAGS = ("avx512_bf16", "amx_bf16")
 @cache
 def cpu_flags() -> tuple[str, ...]:
     """The CPU's feature flags as Linux lists them (x86 "flags", Arm "Features"); () where /proc/cpuinfo is absent.
-    Read once per process: training asks for every step (engine/train/precision.py)."""
+    Read once per process: training asks for every step (engine/train/loop/precision.py)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):

@@ -157,12 +157,12 @@ def add_train_parser(sub) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.what == "card":
-        from engine.train.card import write_card
+        from engine.train.loop.card import write_card
 
         if not (Path(args.models) / "training.json").exists():
             raise GlanceError(f"{args.models} holds no training.json: run 'train demo' first")
         if args.only:
-            from engine.train.card import refresh_card
+            from engine.train.loop.card import refresh_card
 
             sections = [x.strip() for x in args.only.split(",") if x.strip()]
             bad = [x for x in sections if x not in ("vanilla", "medusa", "eagle", "eagle3", "lookahead")]
@@ -175,12 +175,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(write_card(Path(args.models)))
         return 0
     if args.what == "curve":
-        from engine.train.curves import plot_curve
+        from engine.train.loop.curves import plot_curve
 
         print(plot_curve(Path(args.folder), args.title))
         return 0
     if args.what == "corpus":
-        from engine.train.sharegpt_corpus import build_corpus
+        from engine.train.data.sharegpt_corpus import build_corpus
 
         if args.answers < 0 or args.max_new_tokens < 1 or args.rows < 1:
             raise GlanceError("--answers must be non-negative, --max-new-tokens and --rows positive")
@@ -190,7 +190,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     if args.what == "medusa":
-        from engine.train.medusa import train_medusa
+        from engine.train.recipes.medusa import train_medusa
 
         if args.heads < 1 or args.layers < 0 or args.steps < 1 or args.draft_vocab < 0:
             raise GlanceError("--heads and --steps must be positive, --layers and --draft-vocab non-negative")
@@ -208,7 +208,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "eagle":
-        from engine.train.eagle import train_eagle
+        from engine.train.recipes.eagle import train_eagle
 
         if args.steps < 1 or args.draft_vocab < 0:
             raise GlanceError("--steps must be positive, --draft-vocab non-negative")
@@ -223,12 +223,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "draft-vocab":
-        from engine.train.draft_vocab import write_draft_vocab
+        from engine.train.loop.draft_vocab import write_draft_vocab
 
         print(json.dumps(write_draft_vocab(args.target, args.head, args.size, args.data, args.like), indent=2))
         return 0
     if args.what == "eagle3":
-        from engine.train.eagle3 import train_eagle3
+        from engine.train.recipes.eagle3 import train_eagle3
 
         if args.steps < 1 or args.draft_vocab < 1 or args.ttt_steps < 1:
             raise GlanceError("--steps, --draft-vocab and --ttt-steps must be positive")
@@ -245,7 +245,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 0
     if args.what == "dflash":
         from engine.heads.dflash import MAX_BLOCK
-        from engine.train.dflash import train_dflash
+        from engine.train.recipes.dflash import train_dflash
 
         if min(args.steps, args.layers, args.feature_layers, args.blocks) < 1 or args.draft_vocab < 0:
             raise GlanceError("--steps, --layers, --feature-layers and --blocks must be positive, --draft-vocab not "
@@ -260,7 +260,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "mtp":
-        from engine.train.mtp import train_mtp
+        from engine.train.recipes.mtp import train_mtp
 
         if args.steps < 1 or args.draft_vocab < 0:
             raise GlanceError("--steps must be positive, --draft-vocab not negative")
@@ -269,7 +269,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     if args.what == "draft":
-        from engine.train.distill import train_draft
+        from engine.train.recipes.distill import train_draft
 
         if args.steps < 1 or args.layers < 1 or args.draft_vocab < 0:
             raise GlanceError("--steps and --layers must be positive, --draft-vocab non-negative")
@@ -288,7 +288,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    from engine.train.demo import run_demo_recipe
+    from engine.train.recipes.demo import run_demo_recipe
 
     if args.tokens < 1:
         raise GlanceError("--tokens must be positive")

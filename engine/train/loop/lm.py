@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from engine.train.precision import training_autocast, training_precision
+from engine.train.loop.precision import training_autocast, training_precision
 
 
 @dataclass
@@ -87,7 +87,7 @@ def train_lm(
     checkpoint: Path,
     desc: str = "train",
 ) -> dict:
-    """Train `model` in place (bf16 autocast where the CPU has bfloat16 instructions, `engine.train.precision`),
+    """Train `model` in place (bf16 autocast where the CPU has bfloat16 instructions, `engine.train.loop.precision`),
     resuming from `checkpoint` when it exists. Returns statistics."""
     torch.manual_seed(cfg.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.train.corpus import Corpus, read_text
+from engine.train.data.corpus import Corpus, read_text
 
 CONTEXT_LINES = 4
 MAX_CHARS = 600

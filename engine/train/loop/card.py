@@ -54,7 +54,8 @@ def render_card(training: dict, evaluation: dict) -> str:
         f"AdamW (lr {t['train']['lr']} cosine to "
         f"{t['train']['min_lr']}, weight decay {t['train']['weight_decay']}), seed {training['seed']}. "
         "Held-out loss: mean cross-entropy over the first 32 non-overlapping 512-token windows of the held-out "
-        "stream, measured on the exported bfloat16 weights loaded in float32 (`engine/train/lm.py: heldout_loss`).",
+        "stream, measured on the exported bfloat16 weights loaded in float32 "
+        "(`engine/train/loop/lm.py: heldout_loss`).",
         "",
         *_distillation_lines(evaluation),
         "## Speculative decoding with this pair",
@@ -288,8 +289,8 @@ def refresh_card(models: Path, sections: list[str]) -> str:
     """Re-measure only the given drafting sections (vanilla, medusa, eagle, eagle3, lookahead) of an existing
     evaluation.json and rewrite README.md: after retraining heads or the draft (`train draft --from`, whose
     training.json in draft/ the card then quotes) or changing a drafter's defaults, without re-measuring the rest."""
-    from engine.train.evaluate import speculative_acceptance
-    from engine.train.prompts import load_prompt_suite
+    from engine.train.data.prompts import load_prompt_suite
+    from engine.train.loop.evaluate import speculative_acceptance
 
     models = Path(models)
     training = json.loads((models / "training.json").read_text())
@@ -316,8 +317,8 @@ def refresh_card(models: Path, sections: list[str]) -> str:
 def write_card(models: Path) -> str:
     """Measure the family in `models`, store evaluation.json beside training.json, and write README.md."""
     from engine.runtime.machine import cpu_name
-    from engine.train.evaluate import samples, speculative_acceptance, step_costs
-    from engine.train.prompts import load_prompt_suite
+    from engine.train.data.prompts import load_prompt_suite
+    from engine.train.loop.evaluate import samples, speculative_acceptance, step_costs
 
     models = Path(models)
     training = json.loads((models / "training.json").read_text())

@@ -15,8 +15,8 @@ import torch
 from engine.decoding.tree import additive_mask
 from engine.heads.eagle3 import Eagle3Head, load_eagle3_head
 from engine.runtime.layer_features import layer_inputs
-from engine.train.heads import head_config, prepare, spread_windows, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.heads import head_config, prepare, spread_windows, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 STEP_DECAY = 0.8
 

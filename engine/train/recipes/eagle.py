@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.heads.eagle import EagleHead, load_eagle_head
-from engine.train.heads import head_config, prepare, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.heads import head_config, prepare, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 NOISE = 0.1  # half-width of the uniform noise added to input features
 CLS_WEIGHT = 0.1
@@ -82,7 +82,7 @@ def train_eagle(
     """Train (or resume) an EAGLE head for the target and save it in the published layout to `out`, with a draft
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary). `start_from`: a
     trained head's folder to go on training (its weights and draft vocabulary; `draft_vocab` is then ignored)."""
-    from engine.train.draft_vocab import drafting_over, kept_vocab, trained_vocab
+    from engine.train.loop.draft_vocab import drafting_over, kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from engine.heads.medusa import MedusaHeads, load_medusa_heads
-from engine.train.heads import head_config, prepare, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.heads import head_config, prepare, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 
 @torch.no_grad()
@@ -84,7 +84,7 @@ def train_medusa(
     vocabulary of the `draft_vocab` most frequent training tokens (0: none, the whole vocabulary): trained over the
     whole vocabulary, the heads then read their candidates from those rows only (engine/heads/draft_vocab.py).
     `start_from`: trained heads to go on training (their shape and draft vocabulary win over the arguments)."""
-    from engine.train.draft_vocab import drafting_over, kept_vocab, trained_vocab
+    from engine.train.loop.draft_vocab import drafting_over, kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)

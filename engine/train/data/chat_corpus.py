@@ -3,8 +3,8 @@ held-out chat suite, resources/prompts/chat.jsonl), in its chat template, sample
 each; written as a training file plus a held-out file of the last 12 answers, with Python's pydoc topics appended
 to the training file as plain English text.
 
-    python -m engine.train.chat_corpus --target SmolLM2-135M-Instruct --out runs/smollm2-corpus
-    python -m engine.train.chat_corpus --target SmolLM2-135M-Instruct --wide --samples 3 --out runs/smollm2-wide
+    python -m engine.train.data.chat_corpus --target SmolLM2-135M-Instruct --out runs/smollm2-corpus
+    python -m engine.train.data.chat_corpus --target SmolLM2-135M-Instruct --wide --samples 3 --out runs/smollm2-wide
     python main.py train eagle --target SmolLM2-135M-Instruct --data runs/smollm2-corpus --steps 200 --out ...
 """
 

@@ -11,9 +11,9 @@ import torch
 
 from engine.heads.mtp import MtpHead, load_mtp_head
 from engine.runtime.layer_features import decoder_layers
-from engine.train.draft_vocab import kept_vocab, trained_vocab
-from engine.train.heads import head_config, prepare, spread_windows, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.draft_vocab import kept_vocab, trained_vocab
+from engine.train.loop.heads import head_config, prepare, spread_windows, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 
 @torch.no_grad()

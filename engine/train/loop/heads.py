@@ -1,5 +1,5 @@
 """The training loop Medusa and EAGLE heads share: frozen target, corpus windows, AdamW with warm-up and cosine
-decay, bf16 autocast where the CPU has it in hardware (engine.train.precision), a progress bar and resumable
+decay, bf16 autocast where the CPU has it in hardware (engine.train.loop.precision), a progress bar and resumable
 checkpoints (tensors only, loaded with weights_only=True)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from engine.train.lm import TrainConfig, lr_at, sample_batch
-from engine.train.precision import training_autocast
+from engine.train.loop.lm import TrainConfig, lr_at, sample_batch
+from engine.train.loop.precision import training_autocast
 
 
 def frozen_target(target_path: str):
@@ -29,8 +29,8 @@ def frozen_target(target_path: str):
 def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, held-out) token streams: the stdlib split when data is None; a `train corpus` folder's own split; else
     a file or folder of text files split 98/2 by file order."""
-    from engine.train.corpus import stdlib_corpus
-    from engine.train.demo import encode_files
+    from engine.train.data.corpus import stdlib_corpus
+    from engine.train.recipes.demo import encode_files
 
     if data is None:
         corpus = stdlib_corpus()
@@ -54,10 +54,10 @@ def text_stream(tokenizer, data: str | None) -> tuple[torch.Tensor, torch.Tensor
 
 
 def corpus_stream(tokenizer, folder: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """A `train corpus` folder (engine/train/sharegpt_corpus.py): the target's own answers repeated until they are
+    """A `train corpus` folder (engine/train/data/sharegpt_corpus.py): the target's own answers repeated until they are
     about half the training stream, since they are what drafting will see, and the teacher-forced conversations for
     breadth; held out: the target's answers to held-out prompts. Encoded once, then cached beside the text."""
-    from engine.train.demo import encode_files
+    from engine.train.recipes.demo import encode_files
 
     answers_files = sorted((folder / "train").glob("answers-*.txt"))
     files = [*answers_files, folder / "train" / "teacher.txt", folder / "heldout" / "answers.txt"]

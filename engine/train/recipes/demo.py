@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from engine.runtime.machine import cpu_name
-from engine.train.corpus import read_text, stdlib_corpus
-from engine.train.lm import TrainConfig, heldout_loss, train_lm
-from engine.train.prompts import build_prompt_suite, write_prompt_suite
-from engine.train.tokenizer import train_tokenizer
+from engine.train.data.corpus import read_text, stdlib_corpus
+from engine.train.data.prompts import build_prompt_suite, write_prompt_suite
+from engine.train.data.tokenizer import train_tokenizer
+from engine.train.loop.lm import TrainConfig, heldout_loss, train_lm
 
 
 @dataclass(frozen=True)

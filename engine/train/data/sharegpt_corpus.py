@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from engine.errors import GlanceError
 from engine.records.files import write_text_checked
-from engine.train.sharegpt import Conversation, benchmark_prompts, dataset_file, read_conversations
+from engine.train.data.sharegpt import Conversation, benchmark_prompts, dataset_file, read_conversations
 
 SHARD = 128  # prompts per answers shard: a few minutes of generation, the most an interruption loses
 HELDOUT_ANSWERS = 96  # held-out prompts answered: enough windows for accuracy per depth
@@ -123,7 +123,7 @@ def build_corpus(
 
 def describe(out, tok, source, convs, train, held, answered, max_new_tokens, max_prompt_tokens) -> dict:
     """corpus.json: enough to say what a head was trained on, and to rebuild it."""
-    from engine.train.sharegpt import HELDOUT_PERCENT
+    from engine.train.data.sharegpt import HELDOUT_PERCENT
 
     def tokens(paths) -> int:
         return sum(len(tok(p.read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]) for p in paths)

@@ -13,7 +13,7 @@ from safetensors import safe_open
 
 from engine.errors import GlanceError
 from engine.heads.draft_vocab import DRAFT_VOCAB, check_draft_ids, read_draft_vocab
-from engine.train.eagle3 import coverage, frequent_tokens
+from engine.train.recipes.eagle3 import coverage, frequent_tokens
 
 
 def vocab_of_head(folder: str | Path, vocab: int) -> torch.Tensor:
@@ -81,7 +81,7 @@ def write_draft_vocab(
     Returns what it wrote: size, source and the held-out text's share of tokens inside it."""
     from engine.heads.eagle import load_eagle_head
     from engine.heads.medusa import load_medusa_heads
-    from engine.train.heads import frozen_target, text_stream
+    from engine.train.loop.heads import frozen_target, text_stream
 
     if size < 1:
         raise GlanceError("--size must be positive")

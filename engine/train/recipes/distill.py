@@ -25,8 +25,8 @@ from engine.heads.draft_vocab import narrow_lm_head, read_draft_vocab, save_draf
 from engine.inputs import read_json_object
 from engine.models.draft_layers import LAYERS_FILE, RECIPE_FILE, SHARED
 from engine.models.loading import save_tokenizer
-from engine.train.heads import head_config, prepare, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.heads import head_config, prepare, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 
 def kept_layers(total: int, keep: int) -> list[int]:
@@ -154,7 +154,7 @@ def train_draft(
     """Distill (or resume) a `layers`-layer draft from the target, saving its layers and recipe; or go on training
     `start_from`: stored layers (saved as layers, their draft vocabulary kept) or a draft model folder (saved as an
     ordinary model folder). `draft_vocab` > 0: a layer draft new to one reads the most frequent training tokens."""
-    from engine.train.draft_vocab import kept_vocab, trained_vocab
+    from engine.train.loop.draft_vocab import kept_vocab, trained_vocab
 
     out = Path(out)
     loaded, train, held = prepare(target_path, out, data, seed)

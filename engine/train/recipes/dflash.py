@@ -14,9 +14,9 @@ import torch
 from engine.decoding.tree import additive_mask
 from engine.heads.dflash import DFlashHead, load_dflash_head
 from engine.runtime.layer_features import layer_inputs
-from engine.train.draft_vocab import kept_vocab, trained_vocab
-from engine.train.heads import head_config, prepare, spread_windows, train_head, write_report
-from engine.train.precision import training_autocast
+from engine.train.loop.draft_vocab import kept_vocab, trained_vocab
+from engine.train.loop.heads import head_config, prepare, spread_windows, train_head, write_report
+from engine.train.loop.precision import training_autocast
 
 POSITION_DECAY = 7.0  # the paper's weight exp(-(k - 1) / 7) on block position k: early misses end the run
 
