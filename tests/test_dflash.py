@@ -248,3 +248,29 @@ def test_the_block_is_what_transformers_dflash_class_computes_and_its_generate_a
                           speculation_type="dflash", pad_token_id=0)  # fmt: skip
     glance = Decoder(target, DFlashDrafter(head), max_new_tokens=NEW).generate(prompt)
     assert got[0, len(prompt) :].tolist() == glance.tokens == recomputed(target, prompt)
+
+
+@pytest.mark.slow
+def test_the_compiled_block_drafts_what_the_eager_one_does_and_compiles_nothing_after_its_warm_up():
+    from torch._dynamo.utils import counters
+
+    from engine.heads.compiled_block import compile_block
+
+    target = target_of("llama")
+    head = random_head(target, scale=5.0)
+    eager = [Decoder(target, DFlashDrafter(head), max_new_tokens=NEW).generate(p).tokens for p in PROMPTS]
+    report = compile_block(head, lambda *a: None)
+    try:
+        assert report.compiled, report.line()
+        calls = []
+        graph = head.compiled.one_row
+        head.compiled.one_row = lambda *a: calls.append(1) or graph(*a)
+        graphs = counters["stats"]["unique_graphs"]
+        for prompt, want in zip(PROMPTS, eager):
+            res = Decoder(target, DFlashDrafter(head), max_new_tokens=NEW).generate(prompt)
+            assert res.tokens == want == recomputed(target, prompt)
+        batch = Decoder(target, DFlashDrafter(head), max_new_tokens=NEW).generate_batch(PROMPTS, rows=2)
+        assert batch.tokens == eager
+        assert len(calls) > NEW and counters["stats"]["unique_graphs"] == graphs
+    finally:
+        head.__dict__["compiled"] = None

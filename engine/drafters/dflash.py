@@ -22,6 +22,7 @@ from engine.drafters.base import DecodeState, Drafter
 from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.errors import GlanceError
+from engine.heads.compiled_block import compile_block
 from engine.heads.dflash import MAX_BLOCK, DFlashHead, load_dflash_head
 from engine.models.loading import BUNDLED
 
@@ -120,11 +121,16 @@ class DFlashDrafter(Drafter):
         ids[:, 0] = torch.tensor([states[b].tokens[-1] for b in live])
         positions = torch.tensor([[self.length[b] + j for j in range(S)] for b in live])
         ctx, mask = self._batch_context(live)
-        out = self.head.block(ids.to(self.device), positions.to(self.device), ctx, mask)  # [n, S, H]
         want = [min(S - 1, max_tokens[b]) for b in live]
-        logits = self.head.logits(out[:, 1 : 1 + max(want)])  # [n, m, V or Vd]
+        ids, positions = ids.to(self.device), positions.to(self.device)
+        compiled = self.head.__dict__.get("compiled")  # engine/heads/compiled_block.py, when the session compiled it
+        if compiled is not None:
+            logits, best = compiled(ids, positions, ctx, mask)  # every drafted position: one graph for every cap
+        else:
+            out = self.head.block(ids, positions, ctx, mask)  # [n, S, H]
+            logits = self.head.logits(out[:, 1 : 1 + max(want)])  # [n, m, V or Vd]
+            best = logits.argmax(-1)  # [n, m]
         ids_of = self.head.draft_ids
-        best = logits.argmax(-1)  # [n, m]
         best = (best if ids_of is None else ids_of.to(best.device)[best]).tolist()
         for r, b in enumerate(live):
             s, m = states[b], want[r]
@@ -228,5 +234,6 @@ SPEC = DrafterSpec(
         describe=describe,
         bundled=BUNDLED / "dflash",
         brief=lambda head: f"block {head.block_size}, {len(head.layers)} layers, reads {list(head.target_layer_ids)}",
+        compile=compile_block,
     ),
 )

@@ -64,7 +64,7 @@ class DFlashLayer(nn.Module):
         k = a.k_norm(a.k_proj(x).view(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = a.v_proj(x).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         k, _ = apply_rotary_pos_emb(k, k, cos, sin)
-        return k, v
+        return k.contiguous(), v.contiguous()  # one layout for every context: compiled graphs guard on strides
 
     def forward(self, x, cos, sin, ctx_k, ctx_v, mask) -> torch.Tensor:
         """x [B, S, H] the block; ctx_k, ctx_v [B, nkv, L, d]; mask additive [B, 1, S, L + S] or None (all see all)."""
@@ -114,10 +114,18 @@ class DFlashHead(nn.Module):
         self.layers = nn.ModuleList(DFlashLayer(cfg) for _ in range(cfg["num_hidden_layers"]))
         self.norm = RMSNorm(h, cfg["rms_norm_eps"])
         self.__dict__["rotary"] = _rotary(cfg)  # no weights: kept out of the state dict
-        self.__dict__["embed"] = target.get_input_embeddings()  # the target's, frozen, not stored
-        self.__dict__["lm_head"] = target.get_output_embeddings()
+        self.__dict__["target"] = target  # not a submodule: its embedding and LM head stay out of the state dict
         self.draft_ids: torch.Tensor | None = None  # read-out columns -> target ids (None: the whole vocabulary)
         self.__dict__["readout"] = None  # the LM head's rows for draft_ids [Vd, H] (None: the whole head)
+
+    @property
+    def embed(self) -> nn.Module:
+        return self.target.get_input_embeddings()
+
+    @property
+    def lm_head(self) -> nn.Module:
+        """The target's LM head as it is now: compiling packs the target's linears (engine/runtime/packed.py)."""
+        return self.target.get_output_embeddings()
 
     @classmethod
     def for_target(cls, target: nn.Module, layers: int = 1, block_size: int = 16, mask_token_id: int | None = None,
