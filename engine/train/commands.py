@@ -150,8 +150,8 @@ def add_train_parser(sub) -> None:
     card.add_argument(
         "--only",
         default=None,
-        help="re-measure only these comma-separated sections (vanilla, medusa, eagle, eagle3, lookahead) of an "
-        "existing card",
+        help="re-measure only these comma-separated sections (vanilla, medusa, eagle, eagle3, dflash, mtp, lookahead) "
+        "of an existing card",
     )
 
 
@@ -165,11 +165,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             from engine.train.loop.card import refresh_card
 
             sections = [x.strip() for x in args.only.split(",") if x.strip()]
-            bad = [x for x in sections if x not in ("vanilla", "medusa", "eagle", "eagle3", "lookahead")]
+            known = ("vanilla", "medusa", "eagle", "eagle3", "dflash", "mtp", "lookahead")
+            bad = [x for x in sections if x not in known]
             if bad or not (Path(args.models) / "evaluation.json").exists():
-                raise GlanceError(
-                    "--only takes vanilla, medusa, eagle, eagle3, lookahead, and needs a card measured before"
-                )
+                raise GlanceError(f"--only takes {', '.join(known)}, and needs a card measured before")
             print(refresh_card(Path(args.models), sections))
             return 0
         print(write_card(Path(args.models)))

@@ -75,6 +75,8 @@ def render_card(training: dict, evaluation: dict) -> str:
         *_medusa_section(evaluation),
         *_eagle_section(evaluation),
         *_eagle3_section(evaluation),
+        *_dflash_section(evaluation),
+        *_mtp_section(evaluation),
         *_lookahead_section(evaluation),
         "## Sample greedy completions (target, float32)",
         "",
@@ -242,6 +244,63 @@ def _eagle3_section(evaluation: dict) -> list[str]:
     ]
 
 
+def _measured_line(name: str, acc: dict) -> str:
+    """The measured greedy race of a part over the card's prompts, in one sentence."""
+    return (
+        f"Greedy {name} decoding ({', '.join(f'{k} {v}' for k, v in acc['settings'].items())}), {acc['dtype']}, up to "
+        f"{acc['max_new_tokens']} new tokens on each of the {acc['prompts']} held-out prompts, every draft verified "
+        f"(no budget): mean accepted length **{acc['mean_accepted_length']:.3f}**, acceptance rate "
+        f"{acc['acceptance_rate']:.3f}, output identical to plain greedy on every prompt: "
+        f"{acc['outputs_identical_to_plain_greedy']}."
+    )
+
+
+def _dflash_section(evaluation: dict) -> list[str]:
+    d = evaluation.get("dflash")
+    if not d:
+        return []
+    tr, acc = d["training"], d["acceptance"]
+    vocab = f"a {tr['draft_vocab']:,}-token draft vocabulary" if tr.get("draft_vocab") else "the whole vocabulary"
+    return [
+        "## DFlash block drafter (`dflash/`)",
+        "",
+        f"{tr['draft_layers']} draft layer(s) shaped like the target's, reading the outputs of target layers "
+        f"{tr['target_layer_ids']} as extra keys and values; one forward fills a block of {tr['block_size']} (the "
+        f"pending token, then masks, id {tr['mask_token_id']}), read out over {vocab} through the target's LM head. "
+        f"Trained by `python main.py train dflash` for {tr['steps']} steps ({tr['tokens']:,} tokens, "
+        f"{tr['blocks_per_window']} blocks anchored at random in each window), cross-entropy against the target's "
+        "distribution at every block position weighted exp(-(k - 1) / 7).",
+        "",
+        "| block position | held-out top-1 | held-out run kept through it |",
+        "|---|---|---|",
+        *[f"| {a['depth']} | {a['top1']:.3f} | {a['accepted']:.3f} |" for a in tr["heldout_acceptance"]],
+        "",
+        f"Teacher-forced, these give an expected tau of {tr['heldout_expected_tau']:.2f} at the full block. "
+        + _measured_line("DFlash", acc),
+        "",
+    ]
+
+
+def _mtp_section(evaluation: dict) -> list[str]:
+    m = evaluation.get("mtp")
+    if not m:
+        return []
+    tr, acc = m["training"], m["acceptance"]
+    vocab = f"a {tr['draft_vocab']:,}-token draft vocabulary" if tr.get("draft_vocab") else "the whole vocabulary"
+    return [
+        "## MTP layer (`mtp/`)",
+        "",
+        f"One {tr['layer_class']} (the target's own kind, started from its last layer) over [enorm(embedding of "
+        "token t+1) ; hnorm(the target's last hidden state at t)], drafting token t+2 through the target's LM head "
+        f"over {vocab}; chained on its own output at decoding. Trained by `python main.py train mtp` for "
+        f"{tr['steps']} steps ({tr['tokens']:,} tokens), teacher-forced, against the target's distribution. Held-out "
+        f"top-1 of its first draft: {tr['heldout_accuracy'][0]['top1']:.3f}.",
+        "",
+        _measured_line("MTP", acc),
+        "",
+    ]
+
+
 def _lookahead_section(evaluation: dict) -> list[str]:
     la = evaluation.get("lookahead")
     if not la:
@@ -286,7 +345,8 @@ def _medusa_reproduce(evaluation: dict) -> list[str]:
 
 
 def refresh_card(models: Path, sections: list[str]) -> str:
-    """Re-measure only the given drafting sections (vanilla, medusa, eagle, eagle3, lookahead) of an existing
+    """Re-measure only the given drafting sections (vanilla, medusa, eagle, eagle3, dflash, mtp, lookahead) of an
+    existing
     evaluation.json and rewrite README.md: after retraining heads or the draft (`train draft --from`, whose
     training.json in draft/ the card then quotes) or changing a drafter's defaults, without re-measuring the rest."""
     from engine.train.data.prompts import load_prompt_suite
@@ -337,7 +397,7 @@ def write_card(models: Path) -> str:
             "training": json.loads((models / "medusa" / "training.json").read_text()),
             "acceptance": speculative_acceptance(models, prompts, method="medusa"),
         }
-    for name in ("eagle", "eagle3"):
+    for name in ("eagle", "eagle3", "dflash", "mtp"):
         if (models / name / "training.json").exists():
             evaluation[name] = {
                 "training": json.loads((models / name / "training.json").read_text()),
