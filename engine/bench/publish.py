@@ -1,6 +1,6 @@
 """Regenerate the benchmark results the README quotes, into docs/results/, with one command.
 
-    python -m engine.bench.publish                    # all four settings (over an hour on a 2-core CPU)
+    python -m engine.bench.publish                    # every setting (over an hour on a 2-core CPU)
     python -m engine.bench.publish --only suite,sweep
     python -m engine.bench.publish --dry-run          # print the commands only
 
@@ -30,6 +30,18 @@ SETTINGS: dict[str, list[str]] = {
         "128",
         "--methods",
         "ar,vanilla,medusa,eagle,eagle3,lookahead",
+    ],
+    # the drafters of 2026 beside EAGLE-3 and transformers' own DFlash, on the same prompts
+    "smollm2_blocks": [
+        "bench",
+        "--target",
+        "SmolLM2-135M-Instruct",
+        "--prompts",
+        "resources/prompts/sharegpt.jsonl",
+        "--max-new-tokens",
+        "128",
+        "--methods",
+        "ar,eagle3,dflash,mtp,hf_dflash",
     ],
     "sweep": ["bench", "--batch-sizes", "1,2,4", "--max-new-tokens", "32", "--limit", "16", "--draft-budget", "auto"],
 }
