@@ -31,12 +31,12 @@ part() {  # part NAME SECONDS BENCH-ARGS...: one bench run under its own limit, 
   tar czf "$OUT/results.tgz" -C "$RUNS" .
 }
 
-GLANCE_METHODS=ar,vanilla,medusa,eagle,eagle3,lookahead,prompt_lookup
+GLANCE_METHODS=ar,vanilla,medusa,eagle,eagle3,dflash,mtp,lookahead,prompt_lookup
 # Limits from the first lease (docs/gpu/README.md): the float32 part took about 50 s; 24 prompts with transformers'
 # assisted rows ran about 1.2 runs/s and needed some 230 s, so the later parts take 8 prompts and transformers'
 # generate alone; compiling took about 100 s. From the second: float32 35 s, compiled 169 s, the sweep 153 s alone
 # (its batch-1 runs were slowed by cuDNN's plans, engine/runtime/attention_backend.py); together under one call's 600 s.
-part f32-eager 60 --dtype float32 --compile off --methods "$GLANCE_METHODS" --limit 8 --max-new-tokens 48
+part f32-eager 75 --dtype float32 --compile off --methods "$GLANCE_METHODS,hf_dflash" --limit 8 --max-new-tokens 48
 part bf16-eager 90 --compile off --methods "$GLANCE_METHODS,hf_generate" --limit 8 --max-new-tokens 64
 part bf16-compiled 190 --compile on --methods "$GLANCE_METHODS,hf_generate" --limit 8 --max-new-tokens 64
 part offsuite-eager 80 --compile off --methods "$GLANCE_METHODS" --prompts resources/prompts/offsuite.jsonl \
