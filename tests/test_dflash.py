@@ -274,3 +274,19 @@ def test_the_compiled_block_drafts_what_the_eager_one_does_and_compiles_nothing_
         assert len(calls) > NEW and counters["stats"]["unique_graphs"] == graphs
     finally:
         head.__dict__["compiled"] = None
+
+
+@pytest.mark.gui
+def test_the_inspector_shows_the_block_and_what_the_target_kept(qtbot):
+    from app.inspector import StepInspector
+
+    target = target_of("llama")
+    res = Decoder(target, DFlashDrafter(random_head(target)), max_new_tokens=NEW).generate(PROMPTS[0])
+    ev = res.events[1]
+    inspector = StepInspector()
+    qtbot.addWidget(inspector)
+    inspector.show_step("dflash", ev, str)
+    items = [inspector.tree.topLevelItem(i) for i in range(inspector.tree.topLevelItemCount())]
+    block = [i for i in items if i.text(0) == "block"]
+    assert block and block[0].text(1) == "8 positions"
+    assert block[0].text(3) == f"7 drafts verified, {len(ev.accepted_nodes)} kept"
