@@ -38,7 +38,7 @@ def real() -> None:
     settings.setValue("max_new", 64)
     settings.setValue("dtype", "bfloat16")
     settings.setValue("prompt", REAL_PROMPT)
-    settings.setValue("methods", "ar,vanilla,medusa,eagle,eagle3,lookahead")
+    settings.setValue("methods", "ar,vanilla,medusa,eagle,eagle3,dflash,mtp,lookahead")
     win = MainWindow(settings=settings, autosave_dir=tmp)
     win.resize(1600, 1000)
     win.show()

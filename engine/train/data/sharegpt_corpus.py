@@ -28,7 +28,7 @@ from engine.train.data.sharegpt import Conversation, benchmark_prompts, dataset_
 
 SHARD = 128  # prompts per answers shard: a few minutes of generation, the most an interruption loses
 HELDOUT_ANSWERS = 96  # held-out prompts answered: enough windows for accuracy per depth
-SUITE = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "chat.jsonl"
+SUITE = Path(__file__).resolve().parents[3] / "resources" / "prompts" / "chat.jsonl"
 
 
 def suite_prompts() -> set[str]:

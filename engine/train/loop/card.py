@@ -355,7 +355,7 @@ def refresh_card(models: Path, sections: list[str]) -> str:
     models = Path(models)
     training = json.loads((models / "training.json").read_text())
     evaluation = json.loads((models / "evaluation.json").read_text())
-    prompts = load_prompt_suite(Path(__file__).resolve().parents[2] / "resources" / "prompts" / "suite.jsonl")
+    prompts = load_prompt_suite(Path(__file__).resolve().parents[3] / "resources" / "prompts" / "suite.jsonl")
     for name in sections:
         acc = speculative_acceptance(models, prompts, method=name)
         if name == "lookahead":
@@ -384,7 +384,7 @@ def write_card(models: Path) -> str:
     training = json.loads((models / "training.json").read_text())
     prompt_file = models / "prompts.jsonl"
     if not prompt_file.exists():
-        prompt_file = Path(__file__).resolve().parents[2] / "resources" / "prompts" / "suite.jsonl"
+        prompt_file = Path(__file__).resolve().parents[3] / "resources" / "prompts" / "suite.jsonl"
     prompts = load_prompt_suite(prompt_file)
     evaluation = {
         "cpu": cpu_name(),
