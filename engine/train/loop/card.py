@@ -96,8 +96,8 @@ def render_card(training: dict, evaluation: dict) -> str:
         "",
         "## SmolLM2-135M-Instruct's parts",
         "",
-        "The draft, Medusa, EAGLE and EAGLE-3 heads trained for the real model that `python main.py models install "
-        "smollm2`",
+        "The draft, Medusa, EAGLE, EAGLE-3, DFlash and MTP parts trained for the real model that `python main.py "
+        "models install smollm2`",
         "installs have their own card: [smollm2/README.md](smollm2/README.md).",
     ]
     return "\n".join(lines) + "\n"

@@ -20,6 +20,13 @@ def read_curve(folder: Path) -> list[dict]:
     return points
 
 
+def shown_depths(depths: int, most: int = 5) -> list[int]:
+    """The depths a curve plots: all of a few; of a DFlash block's 15, the first three, the middle and the last."""
+    if depths <= most:
+        return list(range(depths))
+    return sorted({0, 1, 2, depths // 2, depths - 1})
+
+
 def plot_curve(folder: Path, title: str | None = None) -> Path:
     """Write curve.png: one line per draft depth, top-1 against millions of tokens trained on."""
     import matplotlib
@@ -30,7 +37,7 @@ def plot_curve(folder: Path, title: str | None = None) -> Path:
     points = read_curve(folder)
     fig, ax = plt.subplots(figsize=(6, 3.6), dpi=110)
     tokens = [p["tokens"] / 1e6 for p in points]
-    for d in range(len(points[-1]["top1"])):
+    for d in shown_depths(len(points[-1]["top1"])):
         ax.plot(
             tokens, [p["top1"][d] if d < len(p["top1"]) else None for p in points], marker="o", label=f"depth {d + 1}"
         )
