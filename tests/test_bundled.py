@@ -10,14 +10,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from engine.budget.draft_budget import DraftBudget, FullBudget
 from engine.decoding.loop import Decoder
+from engine.drafters.dflash import DFlashDrafter
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.eagle3 import Eagle3Drafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.medusa import MedusaDrafter
+from engine.drafters.mtp import MtpDrafter
 from engine.drafters.vanilla import VanillaDrafter
+from engine.heads.dflash import load_dflash_head
 from engine.heads.eagle import load_eagle_head
 from engine.heads.eagle3 import load_eagle3_head
 from engine.heads.medusa import load_medusa_heads
+from engine.heads.mtp import load_mtp_head
 from engine.models.loading import BUNDLED, BUNDLED_DRAFT, BUNDLED_TARGET, RESOURCES
 from engine.registry import traits
 from engine.train.data.corpus import stdlib_corpus
@@ -79,6 +83,8 @@ DRAFTERS = {
     "medusa": lambda target, draft: MedusaDrafter(load_medusa_heads(BUNDLED / "medusa", target)),
     "eagle": lambda target, draft: EagleDrafter(load_eagle_head(BUNDLED / "eagle", target)),
     "eagle3": lambda target, draft: Eagle3Drafter(load_eagle3_head(BUNDLED / "eagle3", target)),
+    "dflash": lambda target, draft: DFlashDrafter(load_dflash_head(BUNDLED / "dflash", target)),
+    "mtp": lambda target, draft: MtpDrafter(load_mtp_head(BUNDLED / "mtp", target)),
     "lookahead": lambda target, draft: LookaheadDrafter(),
     "lookahead-jacobi-only": lambda target, draft: LookaheadDrafter(window=5, ngram=3, guesses=5, context_ngrams=False),
 }
@@ -98,7 +104,8 @@ def test_bundled_drafters_are_lossless_and_accept(bundled, method):
         assert res.tokens == ref, rec["id"]
         steps += res.summary.steps
         emitted += sum(len(e.tokens) for e in res.events[1:])
-    assert emitted / steps > (1.1 if method == "lookahead-jacobi-only" else 1.5)
+    # the bundled DFlash draft is the least trained part (its card): it must still accept, not match the heads
+    assert emitted / steps > (1.1 if method in ("lookahead-jacobi-only", "dflash") else 1.5)
 
 
 def test_prompt_suite_is_heldout_and_varied():
