@@ -147,8 +147,12 @@ class BenchmarkTab(QWidget):
         """The draft budget: "auto", "full", or None for the default (auto for the suite, full for the sweep)."""
         return self.budget.currentData()
 
-    def methods(self, available: list[str], has_draft: bool) -> list[str]:
-        refs = [r for r in REFERENCES if r != "hf_assisted" or has_draft] if self.references.isChecked() else []
+    def methods(self, available: list[str], session) -> list[str]:
+        """The ticked lanes, and with `references` transformers' rows that can run with what `session` loaded."""
+        from engine.bench.reference import reference_available
+
+        ok = [r for r in REFERENCES if reference_available(r, session.target.model, session.parts)]
+        refs = ok if self.references.isChecked() else []
         return available + (refs if self.mode.currentText() == "prompt suite" else [])
 
     def sampling(self) -> SamplingConfig:

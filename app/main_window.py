@@ -376,7 +376,7 @@ class MainWindow(QMainWindow):
         n = self.bench.prompts.value()
         prompts = suite[:: max(1, len(suite) // n)][:n]
         session = self.controller.session
-        methods = self.bench.methods(self.available_methods(), session.parts.get("draft") is not None)
+        methods = self.bench.methods(self.available_methods(), session)
         b = self.bench
         chat = self.prompt_panel.chat_wanted()
         self.controller.benchmark(
