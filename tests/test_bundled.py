@@ -49,9 +49,9 @@ def test_folders_are_complete_and_small():
         for name in ("config.json", "model.safetensors", "generation_config.json", "tokenizer.json"):
             assert (folder / name).exists(), folder / name
     demo = sum(p.stat().st_size for p in MODELS.rglob("*.safetensors") if "smollm2" not in p.parts)
-    assert demo < 100 * 2**20
+    assert demo < 120 * 2**20  # the demo family with its DFlash draft (14 MB) and MTP layer (7 MB)
     smollm2 = sum(p.stat().st_size for p in (MODELS / "smollm2").rglob("*.safetensors"))
-    assert smollm2 < 64 * 2**20  # SmolLM2's own parts only: its weights are installed, never committed
+    assert smollm2 < 80 * 2**20  # SmolLM2's own parts only (its weights are installed, never committed): 75 MiB
     assert json.loads((BUNDLED_TARGET / "config.json").read_text())["dtype"] == "bfloat16"
 
 

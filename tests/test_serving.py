@@ -25,7 +25,7 @@ VLLM_FIELDS = {
     "suffix_decoding_min_token_prob",
     "suffix_decoding_max_cached_requests",
 }
-VLLM_METHODS = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3"}
+VLLM_METHODS = {"ngram", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle", "eagle3", "dflash", "mtp"}
 SGLANG_FLAGS = {
     "speculative-algorithm",
     "speculative-draft-model-path",
@@ -33,7 +33,7 @@ SGLANG_FLAGS = {
     "speculative-eagle-topk",
     "speculative-num-draft-tokens",
 }
-SGLANG_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM"}
+SGLANG_ALGORITHMS = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"}
 
 
 def recipes(target: str | None):

@@ -117,6 +117,7 @@ def test_compiling_a_session_compiles_each_loaded_part_as_its_spec_declares(monk
     """Session.compile_models names no method: the target compiles, then every loaded part through its PartSpec's
     `compile` (the draft model's forward, the heads' drafting steps and read-out), in registry order, with progress.
     The compiles themselves are stood in for here: each is tested for real in test_compiled.py."""
+    import engine.drafters.dflash as dflash
     import engine.drafters.eagle as eagle
     import engine.drafters.medusa as medusa
     import engine.drafters.vanilla as vanilla
@@ -132,10 +133,12 @@ def test_compiling_a_session_compiles_each_loaded_part_as_its_spec_declares(monk
     for module, name in ((session_module, "compile_model"), (vanilla, "compile_model"), (eagle, "compile_head")):
         monkeypatch.setattr(module, name, stand_in)
     monkeypatch.setattr(medusa, "compile_readout", lambda heads, k, name: stand_in(heads, name))
+    monkeypatch.setattr(dflash, "compile_block", lambda head, progress: stand_in(head, "the DFlash draft"))
     session = Session.load()  # the bundled target and every part
     seen = []
     reports = session.compile_models(lambda done, total, what: seen.append(what))
     names = ["the target", "the draft model", "the Medusa heads", "the EAGLE head", "the EAGLE-3 head"]
+    names += ["the DFlash draft", "the MTP head"]
     assert compiled == names and [r.name for r in reports] == names
     assert "compiling the EAGLE-3 head's drafting step (once per session)" in seen
     assert "compiling the Medusa heads' read-out (once per session)" in seen

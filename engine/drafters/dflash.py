@@ -234,6 +234,6 @@ SPEC = DrafterSpec(
         describe=describe,
         bundled=BUNDLED / "dflash",
         brief=lambda head: f"block {head.block_size}, {len(head.layers)} layers, reads {list(head.target_layer_ids)}",
-        compile=compile_block,
+        compile=lambda head, progress: compile_block(head, progress),
     ),
 )
