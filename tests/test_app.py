@@ -82,7 +82,7 @@ def test_race_on_bundled_models(qtbot, tmp_path, closing):
     # timings can make plain steps the best choice, and a lane draws no draft at all)
     win.gen_panel.budget.setCurrentIndex(win.gen_panel.budget.findData("full"))
     run_race(qtbot, win)
-    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "dflash", "mtp", "lookahead", "suffix"}
+    assert set(win.lanes) == {"ar", "vanilla", "medusa", "eagle", "eagle3", "lookahead", "suffix"}
     for name, lane in win.lanes.items():
         summary = lane.stats.summary
         assert summary is not None and lane.text().strip()

@@ -223,6 +223,7 @@ SPEC = DrafterSpec(
     color="#ff8a65",
     summary="a block-diffusion draft fills a whole block of masks in one forward from several target layers' "
     "hidden states (Chen et al. 2026)",
+    in_default_race=False,  # trained for minutes here, it loses on the bundled models: tick it to race it
     build=build,
     options=DFlashOptions,
     serve=serve,

@@ -75,6 +75,7 @@ SPEC = DrafterSpec(
     color="#ba68c8",
     summary="the target's multi-token-prediction layer drafts a chain from its last hidden state (DeepSeek-V3, "
     "GLM-4.5, Qwen3.5), or one trained here",
+    in_default_race=False,  # trained for minutes here, it loses on the bundled models: tick it to race it
     build=build,
     options=MtpOptions,
     serve=serve,
