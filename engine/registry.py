@@ -19,6 +19,7 @@ DRAFTERS: tuple[DrafterSpec, ...] = tuple(
         "eagle3",
         "dflash",
         "mtp",
+        "assistant",
         "lookahead",
         "prompt_lookup",
         "suffix",

@@ -1,6 +1,6 @@
 """Reference rows from transformers itself, same models, prompts and settings: plain `generate`, assisted generation
 with the same draft, prompt lookup decoding, DFlash with the same draft (transformers' DFlash assistant class holding
-the DFlash lane's weights) and a target's own MTP layers."""
+the DFlash lane's weights), a target's own MTP layers and Gemma 4's assistant."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ REFERENCE_LABELS = {
     "hf_prompt_lookup": "transformers prompt lookup",
     "hf_dflash": "transformers DFlash",
     "hf_mtp": "transformers MTP",
+    "hf_assistant": "transformers Gemma 4 assistant",
 }
 REFERENCES = tuple(REFERENCE_LABELS)
 PROMPT_LOOKUP_TOKENS = 3  # transformers' n-gram size for the prompt lookup row (its documented example uses 3..10)
@@ -25,9 +26,9 @@ PROMPT_LOOKUP_TOKENS = 3  # transformers' n-gram size for the prompt lookup row 
 @torch.no_grad()
 def hf_generate(kind: str, target, ids: list[int], max_new_tokens: int, sampling, eos, draft=None) -> dict:
     """One transformers generate call of the given kind; tokens and wall seconds. `draft`: the assistant model
-    (hf_assisted: the draft model; hf_dflash: transformers' DFlash assistant)."""
+    (hf_assisted: the draft model; hf_dflash: transformers' DFlash assistant; hf_assistant: Gemma 4's assistant)."""
     extra: dict = {}
-    if kind in ("hf_assisted", "hf_dflash"):
+    if kind in ("hf_assisted", "hf_dflash", "hf_assistant"):
         if draft is None:
             raise ValueError(f"{kind} needs its assistant model")
         extra["assistant_model"] = draft
@@ -68,6 +69,8 @@ def reference_available(kind: str, target, parts: dict) -> bool:
         return parts.get("draft") is not None
     if kind == "hf_dflash":
         return parts.get("dflash") is not None
+    if kind == "hf_assistant":
+        return parts.get("assistant") is not None
     if kind == "hf_mtp":
         from engine.heads.mtp import declared_layers
 
@@ -75,12 +78,18 @@ def reference_available(kind: str, target, parts: dict) -> bool:
     return True
 
 
-def reference_assistant(kind: str, parts: dict):
-    """The assistant model the row `kind` passes to generate, or None."""
+def reference_assistant(kind: str, parts: dict, options=None):
+    """The assistant model the row `kind` passes to generate, or None; Gemma 4's drafts as many tokens a step as
+    the lane's options say (engine.session.DrafterOptions)."""
     if kind == "hf_assisted" and parts.get("draft") is not None:
         return parts["draft"].model
     if kind == "hf_dflash" and parts.get("dflash") is not None:
         from engine.heads.dflash import transformers_assistant
 
         return transformers_assistant(parts["dflash"])
+    if kind == "hf_assistant" and parts.get("assistant") is not None:
+        model = parts["assistant"].model
+        if options is not None:
+            model.generation_config.num_assistant_tokens = options.for_method("assistant").tokens
+        return model
     return None

@@ -111,7 +111,7 @@ def decode_once(setup: BenchSetup, method: str, ids: list[int], max_new_tokens: 
     """One timed run of `method` on one prompt: the raw counts every aggregate is built from."""
     max_new = max_new_tokens or setup.max_new_tokens
     if method in REFERENCES:
-        helper = reference_assistant(method, setup.parts)
+        helper = reference_assistant(method, setup.parts, setup.options)
         with ModelClock(setup.timed_modules()) as clock:
             r = hf_generate(method, setup.target.model, ids, max_new, setup.sampling, setup.eos, helper)
         return {**r, "new_tokens": len(r["tokens"]), "model_seconds": clock.seconds}

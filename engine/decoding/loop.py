@@ -30,7 +30,7 @@ from engine.errors import GlanceError
 from engine.records.events import BudgetNote, RunSummary, StepEvent
 from engine.records.stats import RunStats
 from engine.registry import traits
-from engine.runtime.cache import check_window, crop, keep_batch_rows, move_row_entries, write_rows
+from engine.runtime.cache import check_window, committed_kv, crop, keep_batch_rows, move_row_entries, write_rows
 from engine.runtime.forward import forward_for, greedy_ids
 from engine.runtime.forward_timing import measured_once
 
@@ -369,6 +369,9 @@ class Decoder:
             ts = time.perf_counter()
             left = [self.max_new_tokens - len(new[q]) - 1 for q in slot]
             cap = budget.choose(max(left[b] for b in live))  # None: as deep as the drafter allows
+            if drafter.context_layers:  # the target's own keys and values, for a drafter that attends to them
+                for i, b in enumerate(live):
+                    states[b].context = committed_kv(cache, drafter.context_layers, i, cached[b])
             drafts = drafter.propose(
                 [s if active[b] else None for b, s in enumerate(states)],
                 [n if cap is None else min(n, cap) for n in left],

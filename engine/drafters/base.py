@@ -35,6 +35,9 @@ class DecodeState:
     side_logits: torch.Tensor | None = None
     # Those side rows' argmax tokens (lookahead's next guesses), read back with the verification's.
     side_best: list[int] | None = None
+    # Per `Drafter.context_layers` layer, the target cache's (keys, values) [1, h, n, d] of the row's n committed
+    # tokens (the pending one not yet cached), set by the loop before each `propose`: views, valid until the next step.
+    context: list | None = None
 
 
 def side_guesses(state: DecodeState) -> list[int]:
@@ -55,6 +58,7 @@ class Drafter:
     needs_hidden_states = False  # ask the target forward for hidden states
     feature_layers: tuple[int, ...] = ()  # decoder layers whose inputs the target forward captures (EAGLE-3)
     extra_positions = 0  # positions past the committed text a step may use (lookahead's window)
+    context_layers: tuple[int, ...] = ()  # target cache layers whose committed keys and values it reads (Gemma 4's)
 
     def reset(self, rows: int) -> None:
         """A run of `rows` rows starts: forget the previous one."""

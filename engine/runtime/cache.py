@@ -212,3 +212,15 @@ def pack_columns(cache, cols: list[list[int]]) -> list[list[int]]:
         return cols
     gather_rows(cache, torch.tensor([c + [0] * (longest - len(c)) for c in cols]))  # [B, longest]
     return [list(range(len(c))) for c in cols]
+
+
+def committed_kv(cache, layer_ids: tuple[int, ...], row: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer of `layer_ids`, batch row `row`'s first `length` entries (keys, values) [1, H, length, D] as views:
+    what a drafter that attends to the target's own cache reads (Gemma 4's assistant)."""
+    if hasattr(cache, "settle"):  # a static cache applies its pending moves first
+        cache.settle()
+    out = []
+    for i in layer_ids:
+        layer = cache.layers[i]
+        out.append((layer.keys[row : row + 1, :, :length], layer.values[row : row + 1, :, :length]))
+    return out
