@@ -877,6 +877,7 @@ def test_the_real_model_button_installs_first_where_it_is_missing(qtbot, tmp_pat
     import app.controls
     import app.main_window
     import engine.models.convert
+    import engine.session
     from engine import installed
 
     if "SmolLM2-135M-Instruct" not in installed():
@@ -890,6 +891,8 @@ def test_the_real_model_button_installs_first_where_it_is_missing(qtbot, tmp_pat
     monkeypatch.setattr(app.controls, "installed", lambda: {})
     monkeypatch.setattr(app.main_window, "installed", lambda: {})
     monkeypatch.setattr(engine.models.convert, "install", fake_install)
+    # the load's forward timing is the one-click test's: here the install before the load is the subject
+    monkeypatch.setattr(engine.session.Session, "time_forwards", lambda self, methods=(), cancel=None: None)
     win = make_window(qtbot, tmp_path)
     closing(win)
     assert win.model_panel.real.text() == "Install and race SmolLM2-135M-Instruct"

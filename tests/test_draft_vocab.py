@@ -74,7 +74,7 @@ def test_sampling_stays_exact_over_a_draft_vocabulary():
     head = random_head(target)
     head.set_draft_vocab(torch.tensor([0, 2, 3, 5, 8, 11]))
     drafter = EagleDrafter(head, top_k=3, depth=2, total_tokens=6)
-    assert second_token_pvalue(target, drafter, prompt, new=5, drafted=2) > 1e-3
+    assert second_token_pvalue(target, drafter, prompt, new=4, drafted=2) > 1e-3
 
 
 def test_the_vocabulary_saves_loads_and_bad_files_are_refused(target_and_head, tmp_path):

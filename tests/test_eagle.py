@@ -67,7 +67,7 @@ def test_eagle_exact_sampling_matches_target():
     prompt = [3, 7, 1]
     target = tiny_model("llama", seed=0, vocab=V, sharpen=6.0)
     drafter = EagleDrafter(random_head(target), top_k=3, depth=2, total_tokens=6)
-    assert second_token_pvalue(target, drafter, prompt, new=5, drafted=2) > 1e-3  # depth 1 took the rule
+    assert second_token_pvalue(target, drafter, prompt, new=4, drafted=2) > 1e-3  # depth 1 took the rule
 
 
 def test_checkpoint_round_trip_and_published_bin(tmp_path):

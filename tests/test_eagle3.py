@@ -155,7 +155,7 @@ def test_eagle3_exact_sampling_matches_target():
     target = deep_target("llama", vocab=V, sharpen=6.0)
     head = Eagle3Head.for_target(target, torch.tensor([0, 2, 3, 5, 7, 8, 11]))  # reduced vocabulary, random head
     drafter = Eagle3Drafter(head, top_k=3, depth=2, total_tokens=6)
-    assert second_token_pvalue(target, drafter, prompt, new=5, drafted=2) > 1e-3
+    assert second_token_pvalue(target, drafter, prompt, new=4, drafted=2) > 1e-3
 
 
 def test_broken_checkpoints_fail_with_one_clear_line(saved_head, tmp_path):

@@ -58,7 +58,7 @@ def test_every_variant_races_losslessly_on_the_real_model(session):
     from engine.session import RaceSettings
 
     target = session.target.model
-    methods = list(METHODS)
+    methods = [m for m in METHODS if m != "assistant"]  # Gemma 4's assistant drafts for Gemma 4 targets only
     assert all(session.available(m) for m in methods), session.summary_lines()  # every bundled part loaded by name
     assert session.parts["draft"].name.endswith("SmolLM2-135M-Instruct-draft")  # rebuilt from the bundled layers
     # full drafts: every drafted token is verified (the strongest exactness check), and no forward is timed for a

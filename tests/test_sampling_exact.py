@@ -26,7 +26,7 @@ def exact_second_token(target, prompt: list[int] = PROMPT) -> torch.Tensor:
     return p0 @ nxt  # [V]
 
 
-def second_token_pvalue(target, drafter, prompt: list[int], new: int, drafted: int, n: int = 1000) -> float:
+def second_token_pvalue(target, drafter, prompt: list[int], new: int, drafted: int, n: int = 600) -> float:
     """Sample `n` runs of `new` tokens at temperature 1 and return the chi-square p-value of their second tokens
     against `exact_second_token`; every run's first verification step must have gone through at least `drafted`
     draft tokens (else the rule under test was never used)."""
@@ -43,7 +43,7 @@ def test_vanilla_sampling_matches_target_distribution():
     draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)  # an unrelated draft: q differs from p
     drafter = VanillaDrafter(draft, gamma=3)
     counts = torch.zeros(V)
-    n = 1000
+    n = 600
     for seed in range(n):
         res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=3).generate(PROMPT)
         counts[res.tokens[1]] += 1
@@ -63,12 +63,12 @@ def test_vanilla_with_confidence_stop_matches_target_distribution():
     draft = tiny_model("llama", seed=9, vocab=V, sharpen=6.0)
     drafter = VanillaDrafter(draft, gamma=4, confidence=0.5)
     counts = torch.zeros(V)
-    n, short = 1000, 0
+    n, short = 600, 0
     for seed in range(n):
         res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=5).generate(PROMPT)
         counts[res.tokens[1]] += 1
         short += len(res.events[1].draft_tokens) < 3
-    assert short > 50  # the stop did cut chains
+    assert short > 30  # the stop did cut chains
     pv = chisquare(counts.numpy(), exact_second_token(target).numpy() * n).pvalue
     assert pv > 1e-3, (pv, counts)
 
@@ -84,7 +84,7 @@ def test_vanilla_with_a_draft_vocabulary_matches_target_distribution():
     narrow_lm_head(draft, ids)
     drafter = VanillaDrafter(draft, gamma=3, target_vocab=V, draft_ids=ids, confidence=0.2)
     counts = torch.zeros(V)
-    n = 1000
+    n = 600
     for seed in range(n):
         res = Decoder(target, drafter, SamplingConfig(temperature=1.0, seed=seed), max_new_tokens=4).generate(PROMPT)
         counts[res.tokens[1]] += 1
