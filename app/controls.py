@@ -98,7 +98,7 @@ class ModelPanel(QGroupBox):
         self.parts: dict[str, QLineEdit] = {}
         for part in parts():
             edit = QLineEdit()
-            empty = "the one bundled for the target, if any"
+            empty = "the one bundled for the target, if any" if part.bundled is not None else "none"
             edit.setPlaceholderText(f"a folder{' / .gguf / hub id' if part.key == 'draft' else ''} (empty: {empty})")
             edit.setToolTip(part.help)
             self.parts[part.key] = edit

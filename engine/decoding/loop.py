@@ -30,7 +30,15 @@ from engine.errors import GlanceError
 from engine.records.events import BudgetNote, RunSummary, StepEvent
 from engine.records.stats import RunStats
 from engine.registry import traits
-from engine.runtime.cache import check_window, committed_kv, crop, keep_batch_rows, move_row_entries, write_rows
+from engine.runtime.cache import (
+    check_editable,
+    check_window,
+    committed_kv,
+    crop,
+    keep_batch_rows,
+    move_row_entries,
+    write_rows,
+)
 from engine.runtime.forward import forward_for, greedy_ids
 from engine.runtime.forward_timing import measured_once
 
@@ -287,6 +295,7 @@ class Decoder:
         self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
         capacity = longest + self.max_new_tokens + drafter.extra_positions
         cache = self.forward.new_cache(capacity)
+        check_editable(cache)  # a recurrent or sliding cache is refused before the prefill, in one line
         sync(self.device)
         t0 = time.perf_counter()
 

@@ -60,7 +60,11 @@ def check_window(config, positions: int, who: str = "the target") -> None:
         )
 
 
-def _editable_layers(cache) -> list:
+def check_editable(cache) -> None:
+    """Refuse, before anything runs, a cache with a layer Glance cannot roll back: recurrent state (Mamba, Gated
+    DeltaNet: transformers' linear-attention layers), sliding or quantized layers. A static cache edits itself."""
+    if getattr(cache, "edits_in_place", False):
+        return
     from transformers.cache_utils import DynamicLayer
 
     layers = getattr(cache, "layers", None)
@@ -68,10 +72,21 @@ def _editable_layers(cache) -> list:
         raise GlanceError(f"{type(cache).__name__} has no per-layer KV tensors; Glance needs a DynamicCache")
     for layer in layers:
         if type(layer) is not DynamicLayer:
+            recurrent = "Linear" in type(layer).__name__
             raise GlanceError(
                 f"this model's cache layer {type(layer).__name__} cannot be rolled back or compacted; "
-                "speculative decoding in Glance needs full-attention KV caches (no sliding window, no linear attention)"
+                + (
+                    "it keeps recurrent state (Mamba or Gated DeltaNet layers), which Glance cannot undo yet: "
+                    "race a full-attention model"
+                    if recurrent
+                    else "speculative decoding in Glance needs full-attention KV caches (no sliding window)"
+                )
             )
+
+
+def _editable_layers(cache) -> list:
+    check_editable(cache)
+    layers = cache.layers
     return [layer for layer in layers if layer.is_initialized and layer.keys is not None and layer.keys.numel()]
 
 
