@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from engine.budget.draft_budget import DraftBudget, FullBudget, remembered
 from engine.decoding.sampling import SamplingConfig, logits_to_probs
@@ -35,12 +36,24 @@ from engine.runtime.cache import (
     check_window,
     committed_kv,
     crop,
+    is_recurrent,
     keep_batch_rows,
     move_row_entries,
+    recurrent_snapshot,
+    restore_recurrent,
     write_rows,
 )
 from engine.runtime.forward import forward_for, greedy_ids
 from engine.runtime.forward_timing import measured_once
+
+
+def chain_only(d: Draft) -> Draft:
+    """A draft's greedy spine without a side branch: what a recurrent target can verify in one forward."""
+    d = d.spine()
+    if not d.side_tokens:
+        return d
+    return Draft(d.tokens, d.parents, d.q_probs, d.notes, d.typical)
+
 
 TOP_TOKENS = 5  # the target's top tokens an event carries per emitting row (tooltips, the step inspector)
 CancelCheck = Callable[[], bool] | threading.Event | None
@@ -200,8 +213,43 @@ class Decoder:
             top[r] = [[i, round(q, 5)] for i, q in zip(top_i[j], top_p[j])]
         return [round(q, 5) for q in emitted], top
 
+    def _recurrent(self, prompts: int) -> bool:
+        """Whether the target keeps recurrent state (a hybrid model's Mamba or Gated DeltaNet layers), which the loop
+        undoes by replay; one GlanceError, before anything runs, for what it cannot do yet."""
+        cache = forward_for(self.target).new_cache(1)
+        check_editable(cache, recurrent_ok=True)  # sliding or quantized layers: refused here, in one line
+        layers = getattr(cache, "layers", [])
+        if not any(is_recurrent(layer) for layer in layers):
+            return False
+        if not any(isinstance(layer, DynamicLayer) for layer in layers):
+            raise GlanceError(
+                "this model has no attention layer (all recurrent, as Mamba): Glance races models with "
+                "attention, hybrid ones included"
+            )
+        if prompts > 1:  # a batch, or prompts taking a finished row's place: the state would need moving per row
+            raise GlanceError(
+                f"this model keeps recurrent state (Mamba or Gated DeltaNet layers): Glance decodes it "
+                f"one prompt at a time (asked for {prompts} together)"
+            )
+        return True
+
+    def _replay(self, cache, before: list, past: int, kept: torch.Tensor) -> None:
+        """Undo a verification forward on a recurrent target: its states back to `before`, the attention entries to
+        the `past` it started from, then one forward over the tokens it kept (the pending one and the accepted
+        drafts, kept [1, n]) writes both again, exactly as plain decoding would have left them."""
+        restore_recurrent(before)
+        crop(cache, past)
+        self.forward(kept, cache, None, None, logits_at=[kept.shape[1] - 1])
+
     def _step_inputs(
-        self, drafts: list[Draft], pending: list[int], live: list[int], cached: list[int], S: int, cache
+        self,
+        drafts: list[Draft],
+        pending: list[int],
+        live: list[int],
+        cached: list[int],
+        S: int,
+        cache,
+        recurrent: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """A verification forward's ids [L, S], additive mask [L, 1, S, width] and positions [L, S] for the rows
         `live` (row i decodes row live[i]: its pending token, draft and side tokens, right-padded to S). Row i sees
@@ -209,8 +257,9 @@ class Decoder:
         padding sees itself only. Built in numpy, `width` the forward's own; one row's plain step needs no mask."""
         past, L = cache.get_seq_length(), len(live)
         ids = np.full((L, S), self.pad, dtype=np.int64)
-        if S == 1 and L == 1 and cached[live[0]] == past:  # one row's plain step over its whole cache: no mask
-            ids[0, 0] = pending[0]
+        if (S == 1 or recurrent) and L == 1 and cached[live[0]] == past:  # one row's chain: causal, no mask
+            d = drafts[live[0]]
+            ids[0, : 1 + len(d)] = [pending[0], *d.tokens]
             return torch.from_numpy(ids).to(self.device), None, None
         width = self.forward.mask_width(cache, S)
         storage, lowest = mask_storage(self.dtype)
@@ -281,6 +330,7 @@ class Decoder:
         N = len(prompts)
         B = min(rows or N, N)
         drafter = self.drafter
+        recurrent = self._recurrent(N)  # before anything runs: what a recurrent target cannot do is refused now
         costs = self._forward_costs(B)
         if self.cost_aware and self.traits.window:  # lookahead's window fitted to the target's forward costs
             drafter.fit_window(B, costs)
@@ -295,7 +345,6 @@ class Decoder:
         self.forward = forward_for(self.target)  # eager, or compiled when compile_model compiled the target
         capacity = longest + self.max_new_tokens + drafter.extra_positions
         cache = self.forward.new_cache(capacity)
-        check_editable(cache)  # a recurrent or sliding cache is refused before the prefill, in one line
         sync(self.device)
         t0 = time.perf_counter()
 
@@ -387,6 +436,8 @@ class Decoder:
             )
             if budget.narrow:
                 drafts = [d.spine() for d in drafts]  # the greedy chain of every row's tree
+            if recurrent:  # a recurrence reads its inputs in order, whatever the mask: chains only, no side branch
+                drafts = [chain_only(d) for d in drafts]
             for matches, first in drafter.hindsight():
                 budget.hindsight(matches, first, depth=traits.hindsight_depth)
             joined = {b for b in fresh if len(drafts[b])}  # rows whose drafter read its new prompt in this draft
@@ -397,8 +448,9 @@ class Decoder:
             S, past = max(sizes[b] for b in live), cache.get_seq_length()
             width += S
             pending = [states[b].tokens[-1] for b in live]
-            ids, mask, positions = self._step_inputs(drafts, pending, live, cached, S, cache)
+            ids, mask, positions = self._step_inputs(drafts, pending, live, cached, S, cache, recurrent)
             hidden, layers = drafter.needs_hidden_states, drafter.feature_layers
+            before = recurrent_snapshot(cache) if recurrent else None
             out = self.forward(ids, cache, mask, positions, hidden, layers)
             forwards += 1
             outcomes, moved_rows, src, dst = {}, [], [], []
@@ -427,6 +479,8 @@ class Decoder:
                 steps[q] += 1
                 row_widths[q].append(sizes[b])
                 outcomes[b] = (step, logits)
+            if before is not None and len(outcomes[live[0]][0].rows) < S:  # (one row) drafts were rejected
+                self._replay(cache, before, past, ids[:, : len(outcomes[live[0]][0].rows)])
             # every row keeps its prefix in place; entries past a row's own length are stale and masked
             move_row_entries(cache, moved_rows, src, dst, max(cached[b] for b in live))
             live = self._drop_finished(cache, live, active, cached)

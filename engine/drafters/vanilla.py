@@ -27,7 +27,7 @@ from engine.drafters.serving import Serving
 from engine.drafters.spec import BuildContext, DrafterSpec, PartSpec, knob
 from engine.heads.draft_vocab import DRAFT_VOCAB, narrow_lm_head, read_draft_vocab
 from engine.models.loading import BUNDLED_DRAFT, LoadedModel, check_same_vocabulary, load_model
-from engine.runtime.cache import cache_length, check_window, pack_columns
+from engine.runtime.cache import cache_length, check_editable, check_window, new_cache, pack_columns
 from engine.runtime.forward import COMPILE_STEPS, compile_model, forward_for, greedy_ids
 
 MAX_GAMMA = 16
@@ -64,6 +64,7 @@ class VanillaDrafter(Drafter):
     ):
         if gamma < 1:
             raise ValueError("gamma must be >= 1")
+        check_editable(new_cache(draft_model.config))  # a draft with recurrent state: refused now, in one line
         if not 0.0 <= confidence < 1.0:
             raise ValueError("the draft confidence threshold must be in [0, 1)")
         self.confidence = confidence

@@ -60,34 +60,70 @@ def check_window(config, positions: int, who: str = "the target") -> None:
         )
 
 
-def check_editable(cache) -> None:
-    """Refuse, before anything runs, a cache with a layer Glance cannot roll back: recurrent state (Mamba, Gated
-    DeltaNet: transformers' linear-attention layers), sliding or quantized layers. A static cache edits itself."""
+def _kinds():
+    from transformers.cache_utils import DynamicLayer, LinearAttentionAndFullAttentionLayer, LinearAttentionLayer
+
+    return DynamicLayer, LinearAttentionLayer, LinearAttentionAndFullAttentionLayer
+
+
+def is_recurrent(layer) -> bool:
+    """A layer holding recurrent state (Mamba's or Gated DeltaNet's convolution and SSM states)."""
+    return isinstance(layer, _kinds()[1])
+
+
+def check_editable(cache, recurrent_ok: bool = False) -> None:
+    """Refuse, before anything runs, a cache with a layer Glance cannot edit: sliding or quantized layers, and
+    recurrent state (transformers' linear-attention layers) unless the caller restores it itself (`recurrent_ok`:
+    the decoding loop's replay, engine/decoding/loop.py). A static cache edits itself."""
     if getattr(cache, "edits_in_place", False):
         return
-    from transformers.cache_utils import DynamicLayer
-
+    dynamic, linear, both = _kinds()
     layers = getattr(cache, "layers", None)
     if layers is None:
         raise GlanceError(f"{type(cache).__name__} has no per-layer KV tensors; Glance needs a DynamicCache")
     for layer in layers:
-        if type(layer) is not DynamicLayer:
-            recurrent = "Linear" in type(layer).__name__
+        if isinstance(layer, linear) and not recurrent_ok:
+            raise GlanceError(
+                f"this model's cache layer {type(layer).__name__} keeps recurrent state (Mamba or Gated DeltaNet "
+                "layers): Glance undoes it for the target, one row at a time, not for a draft model or a batch"
+            )
+        if type(layer) not in (dynamic, linear, both) and type(layer).__name__ != "DummyLayer":  # (holds nothing)
             raise GlanceError(
                 f"this model's cache layer {type(layer).__name__} cannot be rolled back or compacted; "
-                + (
-                    "it keeps recurrent state (Mamba or Gated DeltaNet layers), which Glance cannot undo yet: "
-                    "race a full-attention model"
-                    if recurrent
-                    else "speculative decoding in Glance needs full-attention KV caches (no sliding window)"
-                )
+                "speculative decoding in Glance needs full-attention KV caches (no sliding window)"
             )
 
 
 def _editable_layers(cache) -> list:
-    check_editable(cache)
-    layers = cache.layers
-    return [layer for layer in layers if layer.is_initialized and layer.keys is not None and layer.keys.numel()]
+    """The layers with keys and values (a hybrid model's attention layers); recurrent state is the loop's."""
+    check_editable(cache, recurrent_ok=True)
+    return [
+        layer
+        for layer in cache.layers
+        if isinstance(layer, _kinds()[0]) and layer.is_initialized and layer.keys is not None and layer.keys.numel()
+    ]
+
+
+def recurrent_snapshot(cache) -> list:
+    """Copies of every recurrent layer's convolution and SSM states (and whether each has seen a token), taken
+    before a verification forward so that `restore_recurrent` can undo it."""
+    snap = []
+    for layer in getattr(cache, "layers", []):
+        if is_recurrent(layer):
+            conv = {i: t.clone() for i, t in layer.conv_states.items() if t is not None}
+            ssm = {i: t.clone() for i, t in layer.recurrent_states.items() if t is not None}
+            snap.append((layer, conv, ssm, dict(layer.has_previous_state)))
+    return snap
+
+
+def restore_recurrent(snap: list) -> None:
+    """Put the recurrent states back as `recurrent_snapshot` found them (in place: their addresses stay)."""
+    for layer, conv, ssm, seen in snap:
+        for i, t in conv.items():
+            layer.conv_states[i].copy_(t)
+        for i, t in ssm.items():
+            layer.recurrent_states[i].copy_(t)
+        layer.has_previous_state.update(seen)
 
 
 def cache_length(cache) -> int:

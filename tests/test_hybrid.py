@@ -1,0 +1,106 @@
+"""Hybrid targets with recurrent state (Gated DeltaNet: Qwen3.5, Qwen3-Next; Mamba: Nemotron-H, Jamba, Falcon-H1,
+Granite 4): every chain drafter is lossless against the target's own uncached forward, with rejected drafts undone
+by replay (states restored, the kept tokens run again); trees verify their greedy spine; what is not supported yet
+(batches, attention-free models, a recurrent draft model) is refused in one line before anything runs."""
+
+import pytest
+import torch
+import transformers as tf
+
+from engine.decoding.loop import Decoder
+from engine.drafters.eagle import EagleDrafter
+from engine.drafters.lookahead import LookaheadDrafter
+from engine.drafters.prompt_lookup import PromptLookupDrafter
+from engine.drafters.suffix import SuffixDrafter
+from engine.drafters.vanilla import VanillaDrafter
+from engine.errors import GlanceError
+from tests.conftest import VOCAB, tiny_model
+from tests.test_dflash import recomputed
+from tests.test_eagle import random_head
+from tests.test_lookahead import LOOPY
+
+NEW = 16
+SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=128,
+)
+# each family with attention in its first four layers (Jamba's and Granite's defaults have none there)
+FAMILIES = {
+    "qwen3_5_text": {},  # Gated DeltaNet
+    "nemotron_h": {},  # Mamba-2
+    "jamba": {"attn_layer_offset": 1, "attn_layer_period": 2},  # Mamba
+}
+
+
+def hybrid(family: str, **extra) -> torch.nn.Module:
+    torch.manual_seed(0)
+    config = tf.AutoConfig.for_model(family, **SHAPE, **(FAMILIES.get(family, {}) | extra))
+    return tf.AutoModelForCausalLM.from_config(config).eval()
+
+
+def rejected_some(res) -> bool:
+    """Whether a run verified a draft and kept only part of it: the steps the replay undoes."""
+    return any(e.draft_tokens and len(e.accepted_nodes) < len(e.draft_tokens) for e in res.events[1:])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chain_drafters_are_lossless_on_hybrid_targets(family):
+    target = hybrid(family)
+    draft = tiny_model("llama", seed=3, sharpen=4.0)  # a full-attention draft of the same vocabulary
+    makers = {
+        "ar": lambda: None,
+        "prompt_lookup": lambda: PromptLookupDrafter(2, 4),
+        "vanilla": lambda: VanillaDrafter(draft, gamma=3),
+        "lookahead": lambda: LookaheadDrafter(window=3, ngram=3, guesses=3),  # its window cannot ride along: none
+    }
+    replayed = False
+    for prompt in ([1, 2, 3], LOOPY):
+        ref = recomputed(target, prompt, NEW)
+        for method, make in makers.items():
+            res = Decoder(target, make(), max_new_tokens=NEW, eos_token_ids=[]).generate(prompt)
+            assert res.tokens == ref, (family, method, prompt)
+            replayed = replayed or rejected_some(res)
+    assert replayed  # some verification kept part of its draft, and the state was put back
+
+
+def test_a_tree_drafter_verifies_its_greedy_spine_on_a_hybrid_target():
+    target = hybrid("qwen3_5_text")
+    drafter = EagleDrafter(random_head(target), top_k=3, depth=3, total_tokens=8)
+    res = Decoder(target, drafter, max_new_tokens=NEW, eos_token_ids=[]).generate(LOOPY)
+    assert res.tokens == recomputed(target, LOOPY, NEW)
+    assert all(list(e.draft_parents) == list(range(-1, len(e.draft_tokens) - 1)) for e in res.events[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1", "granitemoehybrid"])  # Mamba-2 in torch: slow
+def test_more_hybrid_families_are_lossless_with_replay(family):
+    extra = {
+        "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_state": 16, "mamba_chunk_size": 16},
+        "granitemoehybrid": {
+            "layer_types": ["mamba", "attention", "mamba", "attention"],
+            "mamba_d_state": 16,
+            "mamba_n_heads": 4,
+            "mamba_chunk_size": 16,
+        },
+    }.get(family, {})
+    target = hybrid(family, **extra)
+    res = Decoder(target, SuffixDrafter(), max_new_tokens=8, eos_token_ids=[]).generate(LOOPY)
+    assert res.tokens == recomputed(target, LOOPY, 8)
+
+
+def test_what_hybrid_targets_cannot_do_yet_is_refused_in_one_line():
+    target = hybrid("qwen3_next")
+    with pytest.raises(GlanceError, match="one prompt at a time") as err:
+        Decoder(target, None, max_new_tokens=4).generate_batch([[1, 2], [3, 4]])
+    assert "\n" not in str(err.value)
+    with pytest.raises(GlanceError, match="keeps recurrent state"):  # a hybrid draft model: its cache is not undone
+        VanillaDrafter(target, gamma=2)
+    for family in ("jamba", "granitemoehybrid"):  # their default first four layers: no attention at all
+        torch.manual_seed(0)
+        model = tf.AutoModelForCausalLM.from_config(tf.AutoConfig.for_model(family, **SHAPE)).eval()
+        with pytest.raises(GlanceError, match="no attention layer"):
+            Decoder(model, None, max_new_tokens=4).generate([1, 2, 3])
