@@ -38,7 +38,7 @@ FAMILIES = {
 
 def hybrid(family: str, **extra) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = tf.AutoConfig.for_model(family, **SHAPE, **(FAMILIES.get(family, {}) | extra))
+    config = tf.AutoConfig.for_model(family, **(SHAPE | FAMILIES.get(family, {}) | extra))
     return tf.AutoModelForCausalLM.from_config(config).eval()
 
 
@@ -104,3 +104,12 @@ def test_what_hybrid_targets_cannot_do_yet_is_refused_in_one_line():
         model = tf.AutoModelForCausalLM.from_config(tf.AutoConfig.for_model(family, **SHAPE)).eval()
         with pytest.raises(GlanceError, match="no attention layer"):
             Decoder(model, None, max_new_tokens=4).generate([1, 2, 3])
+
+
+def test_sampling_on_a_hybrid_target_follows_its_distribution():
+    """Leviathan's rule with replay: the second token (drafted, then verified) follows the target's distribution."""
+    from tests.test_sampling_exact import second_token_pvalue
+
+    target = hybrid("jamba", vocab_size=12, eos_token_id=None)
+    drafter = VanillaDrafter(tiny_model("llama", seed=9, vocab=12, sharpen=6.0), gamma=2)  # q differs from p
+    assert second_token_pvalue(target, drafter, [3, 7, 1], 3, drafted=1, n=400) > 1e-3
