@@ -801,11 +801,15 @@ def test_each_lane_links_to_its_method_card(qtbot, tiny_window):
 
 
 @pytest.mark.slow
-def test_the_real_model_is_one_click_away_and_gets_a_question(qtbot, tmp_path, closing):
+def test_the_real_model_is_one_click_away_and_gets_a_question(qtbot, tmp_path, closing, monkeypatch):
+    import engine.session
     from engine import installed
 
     if "SmolLM2-135M-Instruct" not in installed():
         pytest.skip("SmolLM2 is not installed: python main.py models install smollm2")
+    # the load's forward timing is tested with the real model's race (tests/test_real_model.py): the button is
+    # the subject here
+    monkeypatch.setattr(engine.session.Session, "time_forwards", lambda self, methods=(), cancel=None: None)
     win = make_window(qtbot, tmp_path)
     closing(win)
     assert win.model_panel.real.text() == "Race SmolLM2-135M-Instruct"

@@ -19,7 +19,7 @@ from tests.test_dflash import recomputed
 from tests.test_eagle import random_head
 from tests.test_lookahead import LOOPY
 
-NEW = 16
+NEW = 12
 SHAPE = dict(
     vocab_size=VOCAB,
     hidden_size=64,
