@@ -113,3 +113,28 @@ def test_sampling_on_a_hybrid_target_follows_its_distribution():
     target = hybrid("jamba", vocab_size=12, eos_token_id=None)
     drafter = VanillaDrafter(tiny_model("llama", seed=9, vocab=12, sharpen=6.0), gamma=2)  # q differs from p
     assert second_token_pvalue(target, drafter, [3, 7, 1], 3, drafted=1, n=400) > 1e-3
+
+
+@pytest.mark.gui
+def test_the_window_races_a_hybrid_target(qtbot, tmp_path):
+    """A tiny Qwen3.5 folder as the window's target: the lanes that need no part race and match plain decoding."""
+    from transformers import AutoTokenizer
+
+    from engine.models.loading import BUNDLED_TARGET
+    from tests.test_app import make_window, run_race
+
+    folder = tmp_path / "qwen35"
+    torch.manual_seed(0)
+    config = tf.AutoConfig.for_model("qwen3_5_text", **(SHAPE | {"vocab_size": 8192}))
+    tf.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(BUNDLED_TARGET).save_pretrained(folder)
+    win = make_window(qtbot, tmp_path, target=str(folder), max_new=12)
+    try:
+        assert win.models is not None, win.banner.text()
+        run_race(qtbot, win, ["ar", "prompt_lookup", "suffix"])
+        texts = {n: lane.text() for n, lane in win.lanes.items()}
+        assert texts["ar"].strip() and len(set(texts.values())) == 1, texts
+        assert not win.banner.isVisible() or not win.banner.text(), win.banner.text()
+    finally:
+        win.close()
+    assert not win.thread.thread.isRunning()
