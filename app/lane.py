@@ -271,6 +271,8 @@ class LaneWidget(QFrame):
             parts.append(STOP_WORDS.get(s.summary.stop_reason, s.summary.stop_reason))
             if s.summary.approximate:
                 parts.append("APPROXIMATE")
+            if s.summary.settings.get("state_rollback"):  # a hybrid target: trees verified as chains
+                parts.append("recurrent target: chains, rejections replayed")
         # Items never break inside ("τ" on one line, "1.00" on the next): spaces within an item do not wrap.
         _set_text(self.header, " · ".join(p.strip().replace(" ", "\u00a0") for p in parts))
 

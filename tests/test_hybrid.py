@@ -134,6 +134,7 @@ def test_the_window_races_a_hybrid_target(qtbot, tmp_path):
         run_race(qtbot, win, ["ar", "prompt_lookup", "suffix"])
         texts = {n: lane.text() for n, lane in win.lanes.items()}
         assert texts["ar"].strip() and len(set(texts.values())) == 1, texts
+        assert "chains, rejections replayed" in win.lanes["suffix"].header.text().replace("\xa0", " ")
         assert not win.banner.isVisible() or not win.banner.text(), win.banner.text()
     finally:
         win.close()

@@ -153,6 +153,7 @@ class Decoder:
             eos_token_ids = getattr(target.config, "eos_token_id", None)
         self.eos = eos_set(eos_token_ids)
         self.variant = variant or self.drafter.name
+        self.recurrent = False  # set per run: whether the target keeps recurrent state (see _replay)
         self.details = details
         self.pad = pad_token_id
         self.given_budget = budget if budget is not None else FullBudget()
@@ -331,6 +332,7 @@ class Decoder:
         B = min(rows or N, N)
         drafter = self.drafter
         recurrent = self._recurrent(N)  # before anything runs: what a recurrent target cannot do is refused now
+        self.recurrent = recurrent  # the run's summary says so (its trees verified as chains, rejections replayed)
         costs = self._forward_costs(B)
         if self.cost_aware and self.traits.window:  # lookahead's window fitted to the target's forward costs
             drafter.fit_window(B, costs)
@@ -563,6 +565,7 @@ class Decoder:
                 "max_new_tokens": self.max_new_tokens,
                 "draft_budget": res.budget,
                 **self.drafter.settings(),
+                **({"state_rollback": "replay", "verified": "greedy chains"} if self.recurrent else {}),
             },
         )
 
