@@ -121,7 +121,17 @@ def fresh_budget_memory():
 # together only if these start first. A stable sort on top of pytest-randomly's shuffle keeps each module's tests
 # together and in their shuffled order, and the other modules in theirs; pytest-xdist hands modules out in
 # collection order (--no-loadscope-reorder in pyproject.toml).
-HEAVY_MODULES = ("test_compiled.py", "test_app.py", "test_real_model.py", "test_bundled.py", "test_packed.py")
+HEAVY_MODULES = (
+    "test_compiled.py",
+    "test_app.py",
+    "test_real_model.py",
+    "test_bundled.py",
+    "test_packed.py",
+    "test_dflash.py",
+    "test_recipe.py",
+    "test_hybrid.py",
+    "test_mtp.py",
+)
 
 
 def _weight(item) -> int:
