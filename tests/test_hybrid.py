@@ -67,12 +67,31 @@ def test_chain_drafters_are_lossless_on_hybrid_targets(family):
     assert replayed  # some verification kept part of its draft, and the state was put back
 
 
-def test_a_tree_drafter_verifies_its_greedy_spine_on_a_hybrid_target():
+def test_head_drafters_are_lossless_on_a_hybrid_target_and_trees_verify_their_spine():
+    """EAGLE's and Medusa's trees verify their greedy spine; EAGLE-3, DFlash and MTP (around the target's own layer
+    kind) read a hybrid's features and stay exact."""
+    from engine.drafters.dflash import DFlashDrafter
+    from engine.drafters.eagle3 import Eagle3Drafter
+    from engine.drafters.medusa import MedusaDrafter
+    from engine.drafters.mtp import MtpDrafter
+    from engine.heads.eagle3 import Eagle3Head
+    from engine.heads.mtp import MtpHead
+    from tests.test_dflash import random_head as random_dflash
+    from tests.test_medusa import random_heads
+
     target = hybrid("qwen3_5_text")
-    drafter = EagleDrafter(random_head(target), top_k=3, depth=3, total_tokens=8)
-    res = Decoder(target, drafter, max_new_tokens=NEW, eos_token_ids=[]).generate(LOOPY)
-    assert res.tokens == recomputed(target, LOOPY, NEW)
-    assert all(list(e.draft_parents) == list(range(-1, len(e.draft_tokens) - 1)) for e in res.events[1:])
+    ref = recomputed(target, LOOPY, NEW)
+    makers = {
+        "eagle": lambda: EagleDrafter(random_head(target), top_k=3, depth=3, total_tokens=8),
+        "medusa": lambda: MedusaDrafter(random_heads(target), "cpu_16"),
+        "eagle3": lambda: Eagle3Drafter(Eagle3Head.for_target(target, torch.arange(0, VOCAB, 2)).eval()),
+        "dflash": lambda: DFlashDrafter(random_dflash(target)),
+        "mtp": lambda: MtpDrafter(MtpHead(target).eval(), 3),
+    }
+    for method, make in makers.items():
+        res = Decoder(target, make(), max_new_tokens=NEW, eos_token_ids=[]).generate(LOOPY)
+        assert res.tokens == ref, method
+        assert all(list(e.draft_parents) == list(range(-1, len(e.draft_tokens) - 1)) for e in res.events[1:]), method
 
 
 @pytest.mark.slow
