@@ -11,7 +11,6 @@ from engine.decoding.loop import Decoder
 from engine.drafters.eagle import EagleDrafter
 from engine.drafters.lookahead import LookaheadDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
-from engine.drafters.suffix import SuffixDrafter
 from engine.drafters.vanilla import VanillaDrafter
 from engine.errors import GlanceError
 from tests.conftest import VOCAB, tiny_model
@@ -92,23 +91,6 @@ def test_head_drafters_are_lossless_on_a_hybrid_target_and_trees_verify_their_sp
         res = Decoder(target, make(), max_new_tokens=NEW, eos_token_ids=[]).generate(LOOPY)
         assert res.tokens == ref, method
         assert all(list(e.draft_parents) == list(range(-1, len(e.draft_tokens) - 1)) for e in res.events[1:]), method
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1", "granitemoehybrid"])  # Mamba-2 in torch: slow
-def test_more_hybrid_families_are_lossless_with_replay(family):
-    extra = {
-        "falcon_h1": {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_state": 16, "mamba_chunk_size": 16},
-        "granitemoehybrid": {
-            "layer_types": ["mamba", "attention", "mamba", "attention"],
-            "mamba_d_state": 16,
-            "mamba_n_heads": 4,
-            "mamba_chunk_size": 16,
-        },
-    }.get(family, {})
-    target = hybrid(family, **extra)
-    res = Decoder(target, SuffixDrafter(), max_new_tokens=8, eos_token_ids=[]).generate(LOOPY)
-    assert res.tokens == recomputed(target, LOOPY, 8)
 
 
 def test_what_hybrid_targets_cannot_do_yet_is_refused_in_one_line():

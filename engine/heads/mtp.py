@@ -75,9 +75,20 @@ class MtpHead(nn.Module):
     EAGLE head's interface, so EAGLE's drafting loop, batching and compile serve it."""
 
     def __init__(self, target: nn.Module, layers: nn.ModuleList | None = None, count: int = 1) -> None:
+        super().__init__()
+        try:
+            self._build(target, layers, count)
+            self._dry_run()
+        except GlanceError:
+            raise
+        except Exception as exc:  # a layer kind transformers' MtpLayer cannot wrap, or whose forward needs more
+            raise GlanceError(
+                f"cannot build MTP layers around {type(target).__name__}'s decoder layers ({reason(exc, 160)})"
+            ) from None
+
+    def _build(self, target: nn.Module, layers: nn.ModuleList | None, count: int) -> None:
         from transformers.modeling_layers import MtpLayer
 
-        super().__init__()
         self.layer_config = _layer_config(target)
         last = decoder_layers(target)[-1]
         rotary = getattr(getattr(target, "base_model", target), "rotary_emb", None)
@@ -95,6 +106,15 @@ class MtpHead(nn.Module):
         self.__dict__["rotary"] = rotary
         self.readout: nn.Linear | None = None
         self.register_buffer("draft_ids", None, persistent=False)
+
+    @torch.no_grad()
+    def _dry_run(self) -> None:
+        """One position through the first layer: a target whose layers need more than MtpLayer gives (a per-kind
+        rotary, say) fails here, at load, rather than in a race."""
+        p = next(self.layers.parameters())
+        zeros = torch.zeros(1, 1, self.cfg["hidden_size"], dtype=p.dtype, device=p.device)
+        ids = torch.zeros(1, 1, dtype=torch.long, device=p.device)
+        self.forward(ids, zeros, ids)
 
     @property
     def embed(self) -> nn.Module:

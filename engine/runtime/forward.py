@@ -77,7 +77,16 @@ def _keep(model: torch.nn.Module, logits_at: list[int] | None, S: int, device) -
     argument, or all rows are wanted."""
     if logits_at is None or len(logits_at) == S or not _takes_logits_to_keep(type(model)):
         return {}
-    return {"logits_to_keep": 1 if list(logits_at) == [S - 1] else torch.tensor(logits_at, device=device)}
+    last = list(logits_at) == [S - 1] and not _drops_positions(model.config)
+    return {"logits_to_keep": 1 if last else torch.tensor(logits_at, device=device)}
+
+
+def _drops_positions(config) -> bool:
+    """Gemma 4 with KV-shared layers runs those layers on the kept positions only when `logits_to_keep` is an int,
+    so its hidden states and their layers' inputs lose every other position (even with output_hidden_states): such
+    a model gets the index form, which keeps them all."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return bool(getattr(text, "num_kv_shared_layers", 0))
 
 
 @functools.cache
