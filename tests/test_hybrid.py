@@ -1,7 +1,8 @@
 """Hybrid targets with recurrent state (Gated DeltaNet: Qwen3.5, Qwen3-Next; Mamba: Nemotron-H, Jamba, Falcon-H1,
 Granite 4): every chain drafter is lossless against the target's own uncached forward, with rejected drafts undone
 by replay (states restored, the kept tokens run again); trees verify their greedy spine; what is not supported yet
-(batches, attention-free models, a recurrent draft model) is refused in one line before anything runs."""
+(batches, a recurrent draft model, an attention-free model whose own cached forward fails) is refused in one line
+before anything runs."""
 
 import pytest
 import torch

@@ -27,7 +27,7 @@ from engine.decoding.sampling import SamplingConfig, logits_to_probs
 from engine.decoding.step import commit, cut, eos_set, first_token, prefill_event, step_event, sync
 from engine.decoding.tree import Draft, additive_mask, draft_visibility, host_mask, mask_storage, node_depths
 from engine.drafters.base import DecodeState, Drafter
-from engine.errors import GlanceError
+from engine.errors import GlanceError, reason
 from engine.records.events import BudgetNote, RunSummary, StepEvent
 from engine.records.stats import RunStats
 from engine.registry import traits
@@ -222,11 +222,14 @@ class Decoder:
         layers = getattr(cache, "layers", [])
         if not any(is_recurrent(layer) for layer in layers):
             return False
-        if not any(isinstance(layer, DynamicLayer) for layer in layers):
-            raise GlanceError(
-                "this model has no attention layer (all recurrent, as Mamba): Glance races models with "
-                "attention, hybrid ones included"
-            )
+        if not any(isinstance(layer, DynamicLayer) for layer in layers):  # attention-free: does its cache run?
+            try:
+                one = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+                self.target(input_ids=one, cache=cache, use_cache=True, position_ids=one)
+            except Exception as exc:  # transformers' own cached forward (Jamba with only Mamba layers, say)
+                raise GlanceError(
+                    f"this model has no attention layer and its own cached forward fails ({reason(exc, 120)})"
+                ) from None
         if prompts > 1:  # a batch, or prompts taking a finished row's place: the state would need moving per row
             raise GlanceError(
                 f"this model keeps recurrent state (Mamba or Gated DeltaNet layers): Glance decodes it "
@@ -240,7 +243,8 @@ class Decoder:
         drafts, kept [1, n]) writes both again, exactly as plain decoding would have left them."""
         restore_recurrent(before)
         crop(cache, past)
-        self.forward(kept, cache, None, None, logits_at=[kept.shape[1] - 1])
+        positions = torch.arange(past, past + kept.shape[1], device=kept.device)[None]
+        self.forward(kept, cache, None, positions, logits_at=[kept.shape[1] - 1])
 
     def _step_inputs(
         self,
@@ -256,12 +260,14 @@ class Decoder:
         `live` (row i decodes row live[i]: its pending token, draft and side tokens, right-padded to S). Row i sees
         its own cache entries [0, cached) and its draft's visibility among the new tokens at [past, past + S);
         padding sees itself only. Built in numpy, `width` the forward's own; one row's plain step needs no mask."""
-        past, L = cache.get_seq_length(), len(live)
+        past, L = (cached[live[0]] if recurrent else cache.get_seq_length()), len(live)
         ids = np.full((L, S), self.pad, dtype=np.int64)
         if (S == 1 or recurrent) and L == 1 and cached[live[0]] == past:  # one row's chain: causal, no mask
             d = drafts[live[0]]
             ids[0, : 1 + len(d)] = [pending[0], *d.tokens]
-            return torch.from_numpy(ids).to(self.device), None, None
+            # a recurrent target gets its positions: an all-recurrent cache cannot count its own
+            positions = torch.arange(past, past + S, device=self.device)[None] if recurrent else None
+            return torch.from_numpy(ids).to(self.device), None, positions
         width = self.forward.mask_width(cache, S)
         storage, lowest = mask_storage(self.dtype)
         positions = np.empty((L, S), dtype=np.int64)
@@ -290,7 +296,8 @@ class Decoder:
         hidden, layers = self.drafter.needs_hidden_states, self.drafter.feature_layers
         if B == 1:  # causal over the prompt, as a forward is by default
             ids = torch.tensor(prompts, device=self.device)
-            return self.forward(ids, cache, None, None, hidden, layers, lasts), lasts
+            positions = torch.arange(T, device=self.device)[None] if self.recurrent else None  # (see _step_inputs)
+            return self.forward(ids, cache, None, positions, hidden, layers, lasts), lasts
         ids = torch.full((B, T), self.pad, dtype=torch.long)
         visible = torch.zeros(B, T, T, dtype=torch.bool)
         positions = torch.zeros(B, T, dtype=torch.long)
@@ -447,7 +454,8 @@ class Decoder:
             sync(self.device)
             tv = time.perf_counter()
             sizes = [1 + len(d) + len(d.side_tokens) for d in drafts]
-            S, past = max(sizes[b] for b in live), cache.get_seq_length()
+            S = max(sizes[b] for b in live)
+            past = cached[live[0]] if recurrent else cache.get_seq_length()  # (one row; an all-recurrent cache)
             width += S
             pending = [states[b].tokens[-1] for b in live]
             ids, mask, positions = self._step_inputs(drafts, pending, live, cached, S, cache, recurrent)
