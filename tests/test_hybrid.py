@@ -17,17 +17,10 @@ from engine.errors import GlanceError
 from tests.conftest import VOCAB, tiny_model
 from tests.test_dflash import recomputed
 from tests.test_eagle import random_head
+from tests.test_families import SHAPE  # the tiny shape every family test shares
 from tests.test_lookahead import LOOPY
 
 NEW = 12
-SHAPE = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    intermediate_size=128,
-)
 # each family with attention in its first four layers (Jamba's and Granite's defaults have none there)
 FAMILIES = {
     "qwen3_5_text": {},  # Gated DeltaNet
